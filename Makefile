@@ -1,0 +1,29 @@
+# Two commands do all the set-up on a fresh machine with Python 3.11:
+#   make quick   - create .venv and run the quick digits sweep (embedded MNIST subset, CPU)
+#   make test    - create .venv and run the tests
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.PHONY: quick test lint clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and pinned: these wheels are on local disk here; a bare range would fetch GBs.
+	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+quick: $(VENV)/.installed
+	$(PY) sweeps/digits_grid.py --preset quick $(ARGS)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q $(ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+clean-venv:
+	rm -rf $(VENV)
