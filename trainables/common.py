@@ -1,0 +1,104 @@
+"""The benchmark-independent part of a Tune function trainable.
+
+`run_trial` trains Algorithm 1 for `epochs` epochs on a built benchmark, reports once per epoch
+with a checkpoint, and on a restart continues from `tune.get_checkpoint()` at the next epoch
+with the model, MINE, optimiser and RNG states it had. The final report also carries
+`mi_eval`: MI measured by a fresh statistics network trained on the frozen training features.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import fields
+
+import ray
+import torch
+from ray import tune
+
+from unbiased.data import Benchmark
+from unbiased.train import Algorithm1, LoopConfig, mi_eval
+
+CHECKPOINT_FILE = "state.pt"
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by the `fail_once_at_epoch` test hook."""
+
+
+def loop_config(config: dict) -> LoopConfig:
+    """The LoopConfig fields present in a trial config, validated."""
+    names = {f.name for f in fields(LoopConfig)}
+    return LoopConfig(**{k: v for k, v in config.items() if k in names}).validate()
+
+
+def divergence(metrics: dict) -> str | None:
+    """Why a trial's epoch metrics mean it diverged (NaN or inf loss or MI), or None."""
+    bad = [key for key in ("loss_task", "mi_batch", "mi")
+           if isinstance(metrics.get(key), float) and not math.isfinite(metrics[key])]
+    if not bad:
+        return None
+    return (f"diverged at epoch {metrics['epoch']}: "
+            + ", ".join(f"{k}={metrics[k]}" for k in bad))
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {requested!r} requested but CUDA is not available")
+    return torch.device(requested)
+
+
+def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
+    """Train one trial under Tune. `build(config)` returns the benchmark (on CPU)."""
+    # Tune logs every checkpoint at INFO from the worker; the driver prints progress itself.
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    # Side-by-side trials must not oversubscribe the cores they were given.
+    torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
+    device = pick_device(str(config.get("device", "auto")))
+    epochs = int(config["epochs"])
+    seed = int(config["seed"])
+    bench = build(config).to(device)
+    algo = Algorithm1(bench, loop_config(config), seed=seed, device=device)
+
+    checkpoint = tune.get_checkpoint()
+    resumed = checkpoint is not None
+    if checkpoint is not None:
+        with checkpoint.as_directory() as ckpt_dir:
+            state = torch.load(os.path.join(ckpt_dir, CHECKPOINT_FILE), map_location=device,
+                               weights_only=False)
+        algo.load_state_dict(state)
+    start_epoch = algo.epoch + 1
+    node = socket.gethostname()
+    # Hostnames repeat across Ray nodes on one machine (and in some clusters); the node id not.
+    node_id = ray.get_runtime_context().get_node_id()
+    fail_at = config.get("fail_once_at_epoch")
+
+    for epoch in range(start_epoch, epochs + 1):
+        if fail_at is not None and epoch == int(fail_at) and not resumed:
+            raise InjectedFailure(f"injected failure at epoch {epoch} (fail_once_at_epoch)")
+        stats = algo.run_epoch()
+        metrics: dict[str, float | int | str] = {
+            "epoch": epoch, "loss_task": stats.loss_task, "mi_batch": stats.mi_batch,
+            "time_s": stats.time_s, **algo.evaluate(), "start_epoch": start_epoch,
+            "node": node, "node_id": node_id, "mi_eval": math.nan,
+        }
+        diverged = divergence(metrics)
+        if diverged:
+            # Stop with the reason on record; no checkpoint (a NaN model is not worth resuming)
+            # so a restart could not pick it up either. The sweep goes on without it.
+            metrics["diverged"] = diverged
+            tune.report(metrics)
+            return
+        if epoch == epochs:
+            metrics["mi_eval"] = mi_eval(algo.train_features(), bench.train.c, seed=seed,
+                                         steps=int(config.get("mi_eval_steps", 2000)))
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save(algo.state_dict(), os.path.join(tmp, CHECKPOINT_FILE))
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
