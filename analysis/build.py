@@ -1,0 +1,30 @@
+"""Tables and figures for one results directory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from analysis.figures import write_figures
+from analysis.io import atomic_write_parquet, atomic_write_text
+from analysis.results import final_rows, load_results
+from analysis.selection import SelectionRule
+from analysis.tables import build_tables
+
+
+def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = None,
+              figures: bool = True) -> list[Path]:
+    """Read RESULTS_DIR/results.parquet; write table.md, table.parquet and figures/*.png
+    (atomically). Returns the written paths; prints nothing.
+
+    Raises FileNotFoundError (no results.parquet) or ResultsError (contract broken).
+    """
+    out = Path(results_dir)
+    df = load_results(out)
+    finals = final_rows(df)
+    tidy, markdown = build_tables(df, finals, rules)
+    written = [atomic_write_text(out / "table.md", markdown),
+               atomic_write_parquet(tidy, out / "table.parquet")]
+    if figures:
+        written += write_figures(df, finals, out / "figures")
+    return written

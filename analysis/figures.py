@@ -1,0 +1,149 @@
+"""The paper's Fig. 3 (MI, test and train accuracy vs epoch, one line per lambda) and a
+K-ablation figure, drawn with matplotlib's Agg canvas (no pyplot, no display).
+
+Curves are means over the kept (non-diverged) seeds of a lambda, shaded between the seeds'
+min and max.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from analysis.io import atomic_savefig
+from analysis.results import MI_METHOD, excluded_mask, lam_label, sigma_label
+
+PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
+                                       ("test_acc", "test accuracy"),
+                                       ("train_acc", "train accuracy"))
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _row_keys(df: pd.DataFrame) -> list[str]:
+    return ["sigma"] + (["train_split"] if "train_split" in df.columns else [])
+
+
+def _row_label(bench: str, key: tuple[object, ...]) -> str:
+    parts = []
+    sigma = key[0]
+    if isinstance(sigma, float) and np.isfinite(sigma):
+        parts.append(sigma_label(sigma))
+    if len(key) > 1 and isinstance(key[1], str):
+        parts.append(f"train on {key[1]}")
+    return ", ".join(parts) or bench
+
+
+def _colors(lams: list[float]) -> dict[float, tuple[float, ...]]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"] if len(lams) <= 10 else colormaps["viridis"]
+    n = max(len(lams) - 1, 1)
+    return {lam: cmap(i) if len(lams) <= 10 else cmap(i / n) for i, lam in enumerate(lams)}
+
+
+def _subgroups(frame: pd.DataFrame) -> list[tuple[tuple[object, ...], pd.DataFrame]]:
+    keys = _row_keys(frame)
+    out = []
+    for values, sub in frame.groupby(keys, dropna=False, sort=True):
+        out.append((values if isinstance(values, tuple) else (values,), sub))
+    return out
+
+
+def curves_figure(rows: pd.DataFrame, bench: str, K: int) -> Figure:
+    """Fig. 3 for one (benchmark, K): one row per sigma / train split, columns MI, test acc,
+    train acc vs epoch, one line per lambda. `rows` are the per-epoch rows of kept trials."""
+    groups = _subgroups(rows)
+    lams = sorted(set(rows["lam"].astype(float)))
+    colors = _colors(lams)
+    fig = _new_figure(13.0, 3.1 * len(groups) + 0.6)
+    axes = fig.subplots(len(groups), len(PANELS), squeeze=False)
+    for r, (key, sub) in enumerate(groups):
+        for lam in lams:
+            g = sub[np.isclose(sub["lam"], lam, rtol=0.0, atol=1e-9)]
+            if g.empty:
+                continue
+            n_seeds = g["trial_id"].nunique()
+            for c, (metric, _) in enumerate(PANELS):
+                stats = g.groupby("epoch")[metric].agg(["mean", "min", "max"]).sort_index()
+                ax = axes[r][c]
+                ax.plot(stats.index, stats["mean"], color=colors[lam], lw=1.8,
+                        marker="o" if len(stats) <= 12 else None, ms=3,
+                        label=f"{lam_label(lam)} (n={n_seeds})")
+                if n_seeds > 1:
+                    ax.fill_between(stats.index, stats["min"], stats["max"], color=colors[lam],
+                                    alpha=0.18, lw=0)
+        label = _row_label(bench, key)
+        for c, (_, ylabel) in enumerate(PANELS):
+            ax = axes[r][c]
+            ax.set_title(f"{label}: {ylabel}", fontsize=10)
+            ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+        axes[r][0].legend(title="λ (seeds)", fontsize=8, title_fontsize=8, loc="best")
+    fig.suptitle(f"{bench}, K={K}: mean over seeds, shaded min–max", fontsize=12)
+    return fig
+
+
+def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
+    """Final test accuracy and final MI vs K; one row per lambda, one line per sigma /
+    train split; error bars are the std over seeds (ddof=1)."""
+    lams = sorted(set(finals["lam"].astype(float)))
+    fig = _new_figure(10.0, 3.0 * len(lams) + 0.6)
+    axes = fig.subplots(len(lams), 2, squeeze=False)
+    groups = _subgroups(finals)
+    colors = _colors([float(i) for i in range(len(groups))])
+    for r, lam in enumerate(lams):
+        at = finals[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9)]
+        for i, (key, _) in enumerate(groups):
+            mask = pd.Series(True, index=at.index)
+            for col, value in zip(_row_keys(at), key, strict=True):
+                mask &= at[col].isna() if pd.isna(value) else at[col] == value
+            g = at[mask]
+            if g.empty:
+                continue
+            for c, metric in enumerate(("test_acc", "mi")):
+                stats = g.groupby("K")[metric].agg(["mean", "std"]).sort_index()
+                axes[r][c].errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0.0),
+                                    marker="o", capsize=3, color=colors[float(i)],
+                                    label=_row_label(bench, key))
+        for c, ylabel in enumerate(("final test accuracy", "final MI estimate (nats)")):
+            ax = axes[r][c]
+            ax.set_title(f"{lam_label(lam)}: {ylabel} vs K", fontsize=10)
+            ax.set_xlabel("K (MINE steps per update)")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+        axes[r][0].legend(fontsize=8)
+    fig.suptitle(f"{bench}: K ablation (mean ± std over seeds)", fontsize=12)
+    return fig
+
+
+def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """Write `curves` figures per (benchmark, K) and a K-ablation figure per benchmark with
+    several K into `out_dir` (usually RESULTS/figures). Returns the written paths."""
+    out = Path(out_dir)
+    kept_finals = finals[~excluded_mask(finals)]
+    kept_finals = kept_finals[(kept_finals["method"] == MI_METHOD)
+                              & kept_finals["lam"].notna()]
+    rows = df[df["trial_id"].isin(set(kept_finals["trial_id"]))]
+    written: list[Path] = []
+    for bench in sorted(set(rows["benchmark"])):
+        b = rows[rows["benchmark"] == bench]
+        for K in sorted(b["K"].unique()):
+            fig = curves_figure(b[b["K"] == K], bench, int(K))
+            written.append(atomic_savefig(fig, out / f"{bench}_K{int(K)}_curves.png"))
+        bf = kept_finals[kept_finals["benchmark"] == bench]
+        if bf["K"].nunique() > 1:
+            fig = k_ablation_figure(bf, bench)
+            written.append(atomic_savefig(fig, out / f"{bench}_K_ablation.png"))
+    return written

@@ -1,0 +1,116 @@
+"""Pareto front of a multi-objective search (sweeps/lambda_search.py) and the lowest-MI rule on it.
+
+The search minimises `mi_eval` and maximises `train_acc`, both label-free for the bias (no test
+labels, no unbiased validation set). A trial is on the front when no other trial of its study
+is at least as good on both objectives and better on one. The lowest-MI rule
+(`analysis.selection.LowestMI`) then picks one front trial per study; `test_acc` is carried
+along for reporting only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.io import atomic_write_parquet, atomic_write_text
+from analysis.results import excluded_mask
+from analysis.selection import LowestMI, SelectionRule
+
+OBJECTIVES: tuple[tuple[str, str], ...] = (("mi_eval", "min"), ("train_acc", "max"))
+STUDY_KEYS = ("benchmark", "sigma", "seed")
+FRONT_COLUMNS = ["benchmark", "sigma", "seed", "trial_id", "lam", "K", "mi_eval", "train_acc",
+                 "test_acc", "mi", "chosen", "rule", "reason"]
+
+
+def pareto_mask(frame: pd.DataFrame,
+                objectives: Sequence[tuple[str, str]] = OBJECTIVES) -> pd.Series:
+    """True for the rows no other row dominates. Rows with a non-finite objective are never on
+    the front (and dominate nothing)."""
+    signs = np.array([1.0 if mode == "min" else -1.0 for _, mode in objectives])
+    values = frame[[col for col, _ in objectives]].to_numpy(dtype=float) * signs
+    finite = np.isfinite(values).all(axis=1)
+    mask = np.zeros(len(frame), dtype=bool)
+    pool = values[finite]
+    for i in np.flatnonzero(finite):
+        v = values[i]
+        dominated = (np.all(pool <= v, axis=1) & np.any(pool < v, axis=1)).any()
+        mask[i] = not dominated
+    return pd.Series(mask, index=frame.index)
+
+
+def _study_key(frame: pd.DataFrame) -> list[str]:
+    return [k for k in STUDY_KEYS if k in frame.columns]
+
+
+def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.DataFrame:
+    """The front of each study (benchmark, sigma, seed) among its kept final rows, with the
+    rule's choice marked (`chosen`) and explained (`rule`, `reason` on the chosen row)."""
+    rule = rule if rule is not None else LowestMI()
+    kept = finals[~excluded_mask(finals)]
+    fronts = []
+    for _, study in kept.groupby(_study_key(kept), dropna=False, sort=True):
+        front = study[pareto_mask(study)].copy()
+        if front.empty:
+            continue
+        front["chosen"] = False
+        front["rule"] = ""
+        front["reason"] = ""
+        choice = rule.choose(front)
+        at = front[np.isclose(front["lam"].astype(float), choice.lam, rtol=0.0, atol=1e-12)]
+        best = at["mi_eval"].astype(float).idxmin()
+        front.loc[best, ["chosen", "rule", "reason"]] = [True, choice.rule, choice.reason]
+        fronts.append(front)
+    if not fronts:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in FRONT_COLUMNS})
+    out = pd.concat(fronts, ignore_index=True)
+    for col in FRONT_COLUMNS:
+        if col not in out.columns:
+            out[col] = np.nan
+    out = out[FRONT_COLUMNS].astype({"chosen": bool, "rule": "string", "reason": "string",
+                                     "trial_id": "string"})
+    return out.sort_values(["sigma", "seed", "mi_eval"]).reset_index(drop=True)
+
+
+def front_markdown(front: pd.DataFrame, finals: pd.DataFrame) -> str:
+    """The fronts as markdown: one table per study, the choice marked, and beside it the best
+    test accuracy of any kept trial of the study (an oracle that peeks, for the gap)."""
+    lines = ["# Pareto front: low mi_eval, high train_acc (label-free)\n",
+             "One table per (sigma, seed) study, sorted by mi_eval. `*` marks the trial the "
+             "lowest-MI rule chose on the front; test accuracy is shown for reference only "
+             "(the choice never reads it).\n"]
+    if front.empty:
+        return "\n".join(lines + ["No trial finished with a finite mi_eval.\n"])
+    kept = finals[~excluded_mask(finals)]
+    for key, study in front.groupby(_study_key(front), dropna=False, sort=True):
+        names = dict(zip(_study_key(front), key if isinstance(key, tuple) else (key,),
+                         strict=True))
+        lines.append(f"## {names.get('benchmark', '')} σ={names.get('sigma'):g} "
+                     f"seed={names.get('seed')}\n")
+        lines.append("| | λ | K | mi_eval | train acc | test acc | trial |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in study.itertuples():
+            lines.append(f"| {'*' if r.chosen else ''} | {r.lam:.4g} | {r.K} | "
+                         f"{r.mi_eval:.4f} | {r.train_acc:.4f} | {r.test_acc:.4f} | "
+                         f"{r.trial_id} |")
+        chosen = study[study["chosen"]].iloc[0]
+        same = np.ones(len(kept), dtype=bool)
+        for col, value in names.items():
+            same &= (kept[col] == value).to_numpy()
+        pool = kept[same]
+        oracle = pool.loc[pool["test_acc"].astype(float).idxmax()]
+        lines.append("")
+        lines.append(f"Chosen: λ={chosen['lam']:.4g}, K={chosen['K']} — {chosen['reason']}. "
+                     f"Test acc {chosen['test_acc']:.4f}; best test acc of the study's "
+                     f"{len(pool)} trials {oracle['test_acc']:.4f} (λ={oracle['lam']:.4g}, "
+                     f"K={oracle['K']}; oracle, peeks).\n")
+    return "\n".join(lines)
+
+
+def write_front(front: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """OUT/pareto.parquet and OUT/pareto.md."""
+    out = Path(out_dir)
+    return [atomic_write_parquet(front, out / "pareto.parquet"),
+            atomic_write_text(out / "pareto.md", front_markdown(front, finals))]

@@ -1,0 +1,253 @@
+"""Read and check `results.parquet`, and reduce it to final-epoch rows per trial.
+
+The contract (DESIGN.md, "Results contract"): one row per trial and epoch. A trial's final row
+is its row with the largest epoch. A trial is *excluded* (diverged or failed) when its `status`
+starts with "diverged" or "error", or its final `mi` / `train_acc` / `loss_task` is NaN or inf
+(`mi` and `loss_task` are only checked for MI methods, i.e. rows with a lambda, and `loss_task`
+only when the trial recorded it at all). Excluded trials are listed, never averaged or chosen.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+RESULTS_FILE = "results.parquet"
+
+# column -> kind; kinds: "string", "float" (int accepted and widened), "integer".
+REQUIRED_COLUMNS: dict[str, str] = {
+    "experiment": "string",
+    "trial_id": "string",
+    "benchmark": "string",
+    "method": "string",
+    "sigma": "float",
+    "lam": "float",
+    "K": "integer",
+    "seed": "integer",
+    "epoch": "integer",
+    "mi": "float",
+    "train_acc": "float",
+    "test_acc": "float",
+    "time_s": "float",
+    "mi_eval": "float",
+}
+# Optional columns are checked only when present; integers among them may also be floats.
+OPTIONAL_COLUMNS: dict[str, str] = {
+    "loss_task": "float",
+    "epochs": "float",
+    "eo": "float",
+    "train_split": "string",
+    "acc_eb1": "float",
+    "acc_eb2": "float",
+    "acc_test": "float",
+    "status": "string",
+    "node": "string",
+}
+MI_METHOD = "mi_backprop"
+# The keys that make one selection group (plus train_split when present).
+GROUP_KEYS: tuple[str, ...] = ("benchmark", "K", "method", "sigma")
+# Metrics averaged per lambda when present.
+METRICS: tuple[str, ...] = ("test_acc", "train_acc", "mi", "mi_eval", "eo", "acc_eb1",
+                            "acc_eb2", "acc_test", "loss_task")
+LAM_ATOL = 1e-9
+
+
+class ResultsError(ValueError):
+    """results.parquet breaks the contract; the message is one line naming the column."""
+
+
+def _is_all_missing(s: pd.Series) -> bool:
+    return bool(s.isna().all())
+
+
+def _check_column(name: str, s: pd.Series, kind: str, strict_int: bool) -> pd.Series:
+    dtype = s.dtype
+    where = f"{RESULTS_FILE}: column {name!r}"
+    if kind == "string":
+        is_object = pd.api.types.is_object_dtype(dtype)
+        if pd.api.types.is_string_dtype(dtype) and (
+                not is_object or pd.api.types.infer_dtype(s, skipna=True) in ("string",
+                                                                                "empty")):
+            return s.astype("object").where(s.notna(), None)
+        if is_object and _is_all_missing(s):
+            return s.astype("object")
+        raise ResultsError(f"{where} has dtype {dtype}, expected string")
+    if pd.api.types.is_bool_dtype(dtype):
+        raise ResultsError(f"{where} has dtype {dtype}, expected "
+                           f"{'integer' if kind == 'integer' and strict_int else 'float'}")
+    if kind == "integer" and strict_int:
+        if not pd.api.types.is_integer_dtype(dtype):
+            raise ResultsError(f"{where} has dtype {dtype}, expected integer")
+        if s.isna().any():
+            raise ResultsError(f"{where} has missing values, expected integer")
+        return s.astype("int64")
+    if pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_float_dtype(dtype):
+        return pd.Series(s.to_numpy(dtype="float64", na_value=np.nan), index=s.index, name=name)
+    if pd.api.types.is_object_dtype(dtype) and _is_all_missing(s):
+        return pd.Series(np.full(len(s), np.nan), index=s.index, name=name)
+    raise ResultsError(f"{where} has dtype {dtype}, expected float")
+
+
+def validate(df: pd.DataFrame) -> pd.DataFrame:
+    """Check columns and dtypes; return a copy with normalised dtypes (object strings,
+    float64, int64). Raises ResultsError with a one-line message naming the column."""
+    out = df.copy()
+    for name, kind in REQUIRED_COLUMNS.items():
+        if name not in out.columns:
+            raise ResultsError(f"{RESULTS_FILE}: column {name!r} is missing")
+        out[name] = _check_column(name, out[name], kind, strict_int=True)
+    for name, kind in OPTIONAL_COLUMNS.items():
+        if name in out.columns:
+            out[name] = _check_column(name, out[name], kind, strict_int=False)
+    bad = sorted(set(out["benchmark"].dropna()) - {"digits", "german", "imdb"})
+    if bad:
+        raise ResultsError(f"{RESULTS_FILE}: column 'benchmark' has unknown value {bad[0]!r}, "
+                           f"expected digits, german or imdb")
+    if (out["epoch"] < 0).any():
+        raise ResultsError(f"{RESULTS_FILE}: column 'epoch' has negative values")
+    return out.reset_index(drop=True)
+
+
+def load_results(results_dir: str | Path) -> pd.DataFrame:
+    """Read `results_dir/results.parquet` and validate it.
+
+    Raises FileNotFoundError when the file is missing and ResultsError when it is unreadable or
+    breaks the contract.
+    """
+    path = Path(results_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ResultsError(f"{RESULTS_FILE}: cannot read ({first})") from None
+    return validate(df)
+
+
+def group_keys(df: pd.DataFrame) -> list[str]:
+    """Columns that identify one selection group in `df`."""
+    keys = list(GROUP_KEYS)
+    if "train_split" in df.columns:
+        keys.append("train_split")
+    return keys
+
+
+def _nonfinite(value: object) -> bool:
+    try:
+        return not math.isfinite(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+
+
+def _exclusion_reason(trial: pd.DataFrame, final: pd.Series) -> str:
+    status = trial["status"].dropna().astype(str) if "status" in trial.columns else pd.Series()
+    for text in status:
+        if text.startswith("diverged") or text.startswith("error"):
+            return text
+    is_mi_method = not _nonfinite(final["lam"])
+    checks = ["train_acc"] + (["mi"] if is_mi_method else [])
+    for col in checks:
+        if _nonfinite(final[col]):
+            return f"final {col} is {final[col]}"
+    if is_mi_method and "loss_task" in trial.columns:
+        recorded = np.isfinite(trial["loss_task"].to_numpy(dtype=float)).any()
+        value = final["loss_task"]
+        if (isinstance(value, float) and math.isinf(value)) or (
+                recorded and _nonfinite(value)):
+            return f"final loss_task is {value}"
+    return ""
+
+
+def final_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial: the row with the largest epoch, plus `excluded` (bool) and
+    `reason` (str, empty for kept trials)."""
+    columns = list(df.columns) + ["excluded", "reason"]
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    ordered = df.sort_values(["trial_id", "epoch"], kind="stable")
+    finals = ordered.groupby("trial_id", sort=True).tail(1).set_index("trial_id", drop=False)
+    reasons = {tid: _exclusion_reason(trial, finals.loc[tid])
+               for tid, trial in ordered.groupby("trial_id", sort=True)}
+    finals = finals.reset_index(drop=True)
+    finals["reason"] = finals["trial_id"].map(reasons).astype(object)
+    finals["excluded"] = finals["reason"] != ""
+    return finals[columns]
+
+
+def excluded_mask(finals: pd.DataFrame) -> pd.Series:
+    """Which final rows are diverged/failed. Works on frames with or without the `excluded`
+    column made by `final_rows` (then it checks status and non-finite values itself)."""
+    if "excluded" in finals.columns:
+        return finals["excluded"].astype(bool)
+    mask = pd.Series(False, index=finals.index)
+    if "status" in finals.columns:
+        status = finals["status"].fillna("").astype(str)
+        mask |= status.str.startswith("diverged") | status.str.startswith("error")
+    mask |= ~np.isfinite(finals["train_acc"].to_numpy(dtype=float))
+    has_lam = np.isfinite(finals["lam"].to_numpy(dtype=float))
+    mask |= has_lam & ~np.isfinite(finals["mi"].to_numpy(dtype=float))
+    if "loss_task" in finals.columns:
+        mask |= has_lam & np.isinf(finals["loss_task"].to_numpy(dtype=float))
+    return mask
+
+
+def per_lambda(finals: pd.DataFrame) -> pd.DataFrame:
+    """Aggregate the kept final rows of one group per lambda (sorted ascending; a lambda whose
+    trials were all excluded has n == 0 and NaN metrics).
+
+    Columns: `lam`, `n` (kept trials), `n_excluded`, and for each metric present `<m>`
+    (mean over seeds, skipping NaN) and `<m>_std` (pandas default ddof=1) and `<m>_n` (seeds
+    with a value). `mi_eval` is NaN for a lambda unless every kept seed has one.
+    """
+    excluded = excluded_mask(finals)
+    kept = finals[~excluded]
+    lams = sorted(set(finals["lam"].dropna().astype(float)))
+    metrics = [m for m in METRICS if m in finals.columns]
+    rows = []
+    for lam in lams:
+        sel = kept[np.isclose(kept["lam"].astype(float), lam, rtol=0.0, atol=LAM_ATOL)]
+        n_bad = int((excluded & np.isclose(finals["lam"].astype(float), lam, rtol=0.0,
+                                           atol=LAM_ATOL)).sum())
+        row: dict[str, float | int] = {"lam": lam, "n": len(sel), "n_excluded": n_bad}
+        for m in metrics:
+            values = sel[m].astype(float)
+            row[m] = float(values.mean()) if values.notna().any() else math.nan
+            row[f"{m}_std"] = float(values.std()) if values.notna().sum() > 1 else math.nan
+            row[f"{m}_n"] = int(values.notna().sum())
+        if "mi_eval" in metrics and len(sel) and sel["mi_eval"].isna().any():
+            row["mi_eval"] = math.nan
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame({"lam": pd.Series(dtype=float), "n": pd.Series(dtype=int),
+                             "n_excluded": pd.Series(dtype=int)})
+    return pd.DataFrame(rows)
+
+
+def with_lam(finals: pd.DataFrame, lam: float) -> pd.DataFrame:
+    """The kept final rows whose lambda equals `lam` (within 1e-9)."""
+    kept = finals[~excluded_mask(finals)]
+    return kept[np.isclose(kept["lam"].astype(float), lam, rtol=0.0, atol=LAM_ATOL)]
+
+
+def spearman(x: pd.Series | np.ndarray, y: pd.Series | np.ndarray) -> float:
+    """Spearman rank correlation (average ranks for ties, then Pearson); NaN when fewer than 3
+    complete pairs or a side is constant."""
+    frame = pd.DataFrame({"x": np.asarray(x, dtype=float),
+                          "y": np.asarray(y, dtype=float)}).dropna()
+    if len(frame) < 3:
+        return math.nan
+    return float(frame["x"].rank().corr(frame["y"].rank()))
+
+
+def sigma_label(sigma: float) -> str:
+    if not np.isfinite(sigma):
+        return "σ=–"
+    return f"σ={sigma:.3f}" if abs(round(sigma, 3) - sigma) < 1e-9 else f"σ={sigma:g}"
+
+
+def lam_label(lam: float) -> str:
+    return f"λ={lam:g}"

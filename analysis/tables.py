@@ -1,0 +1,411 @@
+"""The paper's tables from final-epoch rows, as markdown (`table.md`) and a tidy frame
+(`table.parquet`: benchmark, block, row, column, mean, std, n, source, rule, lam).
+
+Every number is a final-epoch value, averaged over the kept (non-diverged) seeds of one
+lambda; std is pandas' default sample std (ddof=1), NaN for a single seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import published
+from analysis.results import (
+    LAM_ATOL,
+    MI_METHOD,
+    excluded_mask,
+    group_keys,
+    lam_label,
+    per_lambda,
+    sigma_label,
+    spearman,
+    with_lam,
+)
+from analysis.selection import (
+    Choice,
+    HighestFittingLambda,
+    LowestMI,
+    NoCandidateError,
+    SelectionRule,
+    default_rules,
+    mi_column,
+)
+
+TIDY_COLUMNS = ["benchmark", "block", "row", "column", "mean", "std", "n", "source", "rule",
+                "lam"]
+DASH = "—"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One number of a table. source is "ours" or "published"; rule says how the lambda
+    of an "ours" cell was chosen ("fixed λ=…" or a selection rule's name); lam is the lambda
+    the cell reports (NaN for published cells and baselines)."""
+
+    benchmark: str
+    block: str
+    row: str
+    column: str
+    mean: float
+    std: float
+    n: int | None
+    source: str
+    rule: str
+    lam: float = math.nan
+
+
+def stat(rows: pd.DataFrame, column: str) -> tuple[float, float, int]:
+    """mean, std (pandas default, ddof=1) and count of the non-NaN values of `column`."""
+    if column not in rows.columns:
+        return math.nan, math.nan, 0
+    values = rows[column].astype(float).dropna()
+    n = len(values)
+    mean = float(values.mean()) if n else math.nan
+    std = float(values.std()) if n > 1 else math.nan
+    return mean, std, n
+
+
+def fmt_num(value: float, digits: int = 3) -> str:
+    return DASH if not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def fmt_cell(cell: Cell) -> str:
+    if not np.isfinite(cell.mean) or (cell.source == "ours" and not cell.n):
+        return DASH
+    text = f"{cell.mean:.3f}"
+    if np.isfinite(cell.std):
+        text += f" ± {cell.std:.3f}"
+    if cell.source == "ours":
+        extra = f"n={cell.n}"
+        if np.isfinite(cell.lam) and not cell.rule.startswith("fixed"):
+            extra += f", {lam_label(cell.lam)}"
+        text += f" ({extra})"
+    return text
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    def line(items: Sequence[str]) -> str:
+        return "| " + " | ".join(str(i).replace("|", "\\|") for i in items) + " |"
+
+    lines = [line(header), "|" + "|".join("---" for _ in header) + "|"]
+    lines += [line(r) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_block(cells: list[Cell], columns: Sequence[str], corner: str) -> str:
+    """A markdown table: rows in order of first appearance, the given columns."""
+    order: list[str] = []
+    grid: dict[tuple[str, str], Cell] = {}
+    for c in cells:
+        if c.row not in order:
+            order.append(c.row)
+        grid[(c.row, c.column)] = c
+    body = [[row] + [fmt_cell(grid[(row, col)]) if (row, col) in grid else DASH
+                     for col in columns] for row in order]
+    return md_table([corner, *columns], body)
+
+
+def _same(series: pd.Series, value: float | str | None) -> pd.Series:
+    if isinstance(value, str) or value is None:
+        return series == value if value is not None else series.isna()
+    return pd.Series(np.isclose(series.astype(float), float(value), rtol=0.0, atol=LAM_ATOL,
+                                equal_nan=True), index=series.index)
+
+
+def _kept(finals: pd.DataFrame) -> pd.DataFrame:
+    return finals[~excluded_mask(finals)]
+
+
+def _fixed_cell(bench: str, block: str, row: str, column: str, group: pd.DataFrame,
+                lam: float, metric: str) -> Cell:
+    mean, std, n = stat(with_lam(group, lam), metric)
+    return Cell(bench, block, row, column, mean, std, n, "ours", f"fixed {lam_label(lam)}",
+                lam)
+
+
+def _chosen(rule: SelectionRule, group: pd.DataFrame) -> Choice | None:
+    try:
+        return rule.choose(group)
+    except NoCandidateError:
+        return None
+
+
+def _rule_cell(bench: str, block: str, column: str, group: pd.DataFrame, rule: SelectionRule,
+               metric: str, choice: Choice | None = None) -> Cell:
+    row = f"Ours, {rule.name}"
+    choice = choice if choice is not None else _chosen(rule, group)
+    if choice is None:
+        return Cell(bench, block, row, column, math.nan, math.nan, 0, "ours", rule.name)
+    mean, std, n = stat(with_lam(group, choice.lam), metric)
+    return Cell(bench, block, row, column, mean, std, n, "ours", rule.name, choice.lam)
+
+
+def _published_cell(bench: str, block: str, row: str, column: str,
+                    value: tuple[float, float]) -> Cell:
+    return Cell(bench, block, f"{row} (published)", column, value[0], value[1], None,
+                "published", "")
+
+
+# --------------------------------------------------------------------------- paper tables
+
+
+def digits_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[list[Cell], str]:
+    """Table 1: final test accuracy per sigma; one block per K."""
+    mi = finals[(finals["benchmark"] == "digits") & (finals["method"] == MI_METHOD)]
+    cells: list[Cell] = []
+    parts: list[str] = []
+    for K in sorted(mi["K"].unique()):
+        block = f"Table 1 (test accuracy), K={K}"
+        g = mi[mi["K"] == K]
+        sigmas = sorted(set(g["sigma"].astype(float)))
+        columns = [sigma_label(s) for s in sigmas]
+        ours: list[Cell] = []
+        paper: list[Cell] = []
+        for s, col in zip(sigmas, columns, strict=True):
+            gs = g[_same(g["sigma"], s)]
+            ours.append(_fixed_cell("digits", block, "ERM (λ=0)", col, gs, 0.0, "test_acc"))
+            ours.append(_fixed_cell("digits", block, "Ours (λ=1, as the paper)", col, gs, 1.0,
+                                    "test_acc"))
+            ours += [_rule_cell("digits", block, col, gs, rule, "test_acc") for rule in rules]
+            pub = published.digits_published(s)
+            for row, value in (pub or {}).items():
+                paper.append(_published_cell("digits", block, row, col, value))
+        # keep published rows in the paper's order even when a sigma has no paper column
+        order = [f"{r} (published)" for r in published.DIGITS]
+        paper.sort(key=lambda c: order.index(c.row))
+        cells += ours + paper
+        parts.append(f"### {block}\n\n" + render_block(ours + paper, columns, "Training"))
+    return cells, "\n".join(parts)
+
+
+def german_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[list[Cell], str]:
+    """Table 3: accuracy and equality of opportunity (lower is fairer); one block per K."""
+    g_all = finals[finals["benchmark"] == "german"]
+    mi = g_all[g_all["method"] == MI_METHOD]
+    svm = _kept(g_all[g_all["method"] == "svm"])
+    metrics = {"Acc.": "test_acc", "EO": "eo"}
+    Ks = sorted(mi["K"].unique()) or [None]
+    cells: list[Cell] = []
+    parts: list[str] = []
+    for K in Ks:
+        block = "Table 3 (accuracy, EO)" + (f", K={K}" if K is not None else "")
+        g = mi[mi["K"] == K] if K is not None else mi
+        ours: list[Cell] = []
+        for col, metric in metrics.items():
+            if len(svm):
+                mean, std, n = stat(svm, metric)
+                ours.append(Cell("german", block, "SVM", col, mean, std, n, "ours", "baseline"))
+            if len(g):
+                ours.append(_fixed_cell("german", block, "NN (λ=0)", col, g, 0.0, metric))
+                ours.append(_fixed_cell("german", block, "Ours (λ=1, as the paper)", col, g,
+                                        1.0, metric))
+                ours += [_rule_cell("german", block, col, g, rule, metric) for rule in rules]
+        paper = [_published_cell("german", block, p.row, col, p.values[col])
+                 for p in published.GERMAN for col in published.GERMAN_COLUMNS]
+        cells += ours + paper
+        parts.append(f"### {block}\n\nEO = |TPR(young) − TPR(old)|, lower is fairer.\n\n"
+                     + render_block(ours + paper, list(published.GERMAN_COLUMNS), "Method"))
+    return cells, "\n".join(parts)
+
+
+def imdb_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[list[Cell], str]:
+    """Table 2: train on EB1 / EB2, accuracy on the other split and on the test set."""
+    mi = finals[(finals["benchmark"] == "imdb") & (finals["method"] == MI_METHOD)]
+    if mi.empty:
+        return [], ""
+    if "train_split" not in mi.columns:
+        return [], "### Table 2\n\nimdb rows have no `train_split` column: table skipped.\n"
+    test_metric = "acc_test" if "acc_test" in mi.columns else "test_acc"
+    # column -> (train split, metric)
+    spec = {
+        "EB1→EB2": ("EB1", "acc_eb2"), "EB1→Test": ("EB1", test_metric),
+        "EB2→EB1": ("EB2", "acc_eb1"), "EB2→Test": ("EB2", test_metric),
+    }
+    cells: list[Cell] = []
+    parts: list[str] = []
+    for K in sorted(mi["K"].unique()):
+        block = f"Table 2 (accuracy), K={K}"
+        g = mi[mi["K"] == K]
+        ours: list[Cell] = []
+        choices = {(split, rule.key): _chosen(rule, g[g["train_split"] == split])
+                   for split in ("EB1", "EB2") for rule in rules}
+        for col, (split, metric) in spec.items():
+            gs = g[g["train_split"] == split]
+            ours.append(_fixed_cell("imdb", block, "ERM (λ=0)", col, gs, 0.0, metric))
+            paper_lam = published.IMDB_PAPER_LAMBDA[split]
+            cell = _fixed_cell("imdb", block, "Ours (λ=0.5 on EB1, 0.9 on EB2, as the paper)",
+                               col, gs, paper_lam, metric)
+            ours.append(cell)
+            ours += [_rule_cell("imdb", block, col, gs, rule, metric,
+                                choices[(split, rule.key)]) for rule in rules]
+        paper = [_published_cell("imdb", block, p.row, col, p.values[col])
+                 for p in published.IMDB for col in published.IMDB_COLUMNS]
+        cells += ours + paper
+        parts.append(f"### {block}\n\nA→B: trained on split A, accuracy on B (Test: "
+                     f"`{test_metric}`).\n\n"
+                     + render_block(ours + paper, list(published.IMDB_COLUMNS), "Method"))
+    return cells, "\n".join(parts)
+
+
+# --------------------------------------------------------------- per-group lambda sections
+
+
+def _sub_label(key: dict[str, object]) -> str:
+    parts = []
+    if key.get("method") != MI_METHOD:
+        parts.append(str(key.get("method")))
+    sigma = key.get("sigma")
+    if isinstance(sigma, float) and np.isfinite(sigma):
+        parts.append(sigma_label(sigma))
+    split = key.get("train_split")
+    if isinstance(split, str):
+        parts.append(f"train {split}")
+    return ", ".join(parts) or "all"
+
+
+def _groups(finals: pd.DataFrame, bench: str, K: int) -> list[tuple[str, pd.DataFrame]]:
+    g = finals[(finals["benchmark"] == bench) & (finals["K"] == K) & finals["lam"].notna()]
+    keys = [k for k in group_keys(g) if k not in ("benchmark", "K")]
+    out = []
+    for values, sub in g.groupby(keys, dropna=False, sort=True):
+        key = dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True))
+        out.append((_sub_label(key), sub))
+    return out
+
+
+def lambda_sections(finals: pd.DataFrame, bench: str, rules: Sequence[SelectionRule]
+                    ) -> tuple[list[Cell], str]:
+    """Per (K, group): final metrics per lambda, each rule's choice with its gap to the
+    oracle, and the Spearman correlation between final MI and test accuracy."""
+    cells: list[Cell] = []
+    parts: list[str] = []
+    b = finals[(finals["benchmark"] == bench) & finals["lam"].notna()]
+    extra = [m for m in ("eo", "acc_eb1", "acc_eb2", "acc_test") if m in b.columns
+             and b[m].notna().any()]
+    metrics = ["test_acc", "train_acc", "mi", "mi_eval", *extra]
+    names = {"test_acc": "test acc", "train_acc": "train acc", "mi": "MI (nats)",
+             "mi_eval": "MI, fresh T (nats)", "eo": "EO", "acc_eb1": "acc EB1",
+             "acc_eb2": "acc EB2", "acc_test": "acc test"}
+    oracle = next((r for r in rules if not r.label_free), None)
+    for K in sorted(b["K"].unique()):
+        groups = _groups(finals, bench, K)
+        lam_rows, sel_rows, rho_rows = [], [], []
+        block_l = f"per-λ final metrics, K={K}"
+        block_s = f"selection gap to oracle (test acc), K={K}"
+        block_r = f"Spearman ρ(MI, test acc), K={K}"
+        for label, g in groups:
+            table = per_lambda(g)
+            for r in table.itertuples(index=False):
+                rd = r._asdict()
+                row = f"{label}, {lam_label(r.lam)}"
+                texts = []
+                for m in metrics:
+                    mean = rd.get(m, math.nan)
+                    std, n = rd.get(f"{m}_std", math.nan), rd.get(f"{m}_n", 0)
+                    cells.append(Cell(bench, block_l, row, m, mean, std, int(n), "ours",
+                                      f"fixed {lam_label(r.lam)}", r.lam))
+                    texts.append(DASH if not np.isfinite(mean) else
+                                 f"{mean:.3f}" + (f" ± {std:.3f}" if np.isfinite(std) else ""))
+                lam_rows.append([label, f"{r.lam:g}", *texts, str(r.n), str(r.n_excluded)])
+            kept = table[table["n"] > 0]
+            choices = {rule.name: _chosen(rule, g) for rule in rules}
+            ref = choices.get(oracle.name) if oracle else None
+            ref_acc = _lam_value(kept, ref.lam, "test_acc") if ref else math.nan
+            for rule in rules:
+                ch = choices[rule.name]
+                if ch is None:
+                    sel_rows.append([label, rule.name, DASH, DASH, DASH, DASH,
+                                     "no non-diverged trial"])
+                    continue
+                acc = _lam_value(kept, ch.lam, "test_acc")
+                gap = ref_acc - acc
+                cells.append(Cell(bench, block_s, rule.name, label, gap, math.nan,
+                                  None, "ours", rule.name, ch.lam))
+                sel_rows.append([label, rule.name, f"{ch.lam:g}", fmt_num(acc),
+                                 fmt_num(ref_acc), fmt_num(gap), ch.reason])
+            col = mi_column(kept)
+            rho = spearman(kept[col], kept["test_acc"]) if len(kept) else math.nan
+            note = ""
+            if len(kept) < 3:
+                note = f"fewer than 3 lambdas ({len(kept)}): undefined"
+            elif not np.isfinite(rho):
+                note = "constant MI or accuracy: undefined"
+            cells.append(Cell(bench, block_r, label, f"rho({col}, test_acc)", rho, math.nan,
+                              len(kept), "ours", ""))
+            rho_rows.append([label, str(len(kept)), col, fmt_num(rho), note])
+        header = ["group", "λ", *[names[m] for m in metrics], "n", "excluded"]
+        parts.append(f"### {bench}: {block_l}\n\n" + md_table(header, lam_rows))
+        parts.append(f"### {bench}: {block_s}\n\nGap = oracle's mean test acc − the chosen "
+                     f"λ's. The oracle peeks at test labels; it is a reference, not a "
+                     f"method.\n\n" + md_table(["group", "rule", "λ", "test acc",
+                                                  "oracle test acc", "gap", "reason"],
+                                                 sel_rows))
+        parts.append(f"### {bench}: {block_r}\n\nOver per-λ means; MI is `mi_eval` when every "
+                     f"λ has it, else `mi`. Negative ρ: lower MI goes with higher test "
+                     f"accuracy.\n\n" + md_table(["group", "λs", "MI", "ρ", "note"],
+                                                 rho_rows))
+    return cells, "\n".join(parts)
+
+
+def _lam_value(table: pd.DataFrame, lam: float, column: str) -> float:
+    hit = table[np.isclose(table["lam"], lam, rtol=0.0, atol=LAM_ATOL)]
+    return float(hit[column].iloc[0]) if len(hit) and column in hit.columns else math.nan
+
+
+def excluded_section(finals: pd.DataFrame) -> str:
+    bad = finals[excluded_mask(finals)]
+    text = "## Diverged or failed trials (excluded from means and selection)\n\n"
+    if bad.empty:
+        return text + "None.\n"
+    rows = [[r.benchmark, str(r.trial_id), r.method, f"{r.lam:g}",
+             sigma_label(r.sigma).removeprefix("σ="), str(r.K), str(r.seed), str(r.epoch),
+             str(getattr(r, "reason", "") or "excluded")]
+            for r in bad.sort_values(["benchmark", "K", "sigma", "lam", "seed"]).itertuples()]
+    return text + md_table(["benchmark", "trial_id", "method", "λ", "σ", "K", "seed",
+                            "final epoch", "reason"], rows)
+
+
+# ----------------------------------------------------------------------------- top level
+
+
+def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
+                 rules: Sequence[SelectionRule] | None = None) -> tuple[pd.DataFrame, str]:
+    """All tables for a validated results frame and its final rows: (tidy frame, markdown)."""
+    rules = tuple(rules) if rules is not None else default_rules()
+    experiments = ", ".join(sorted(set(df["experiment"].dropna()))) or "(none)"
+    tols = sorted({r.tolerance for r in rules if isinstance(r, LowestMI | HighestFittingLambda)})
+    tol = ("label-free rules fit within a train-accuracy tolerance of "
+           + ", ".join(f"{t:g}" for t in tols)) if tols else "no label-free rule"
+    head = [
+        f"# Results: {experiments}\n",
+        f"{len(df)} rows, {df['trial_id'].nunique()} trials, "
+        f"{int(excluded_mask(finals).sum()) if len(finals) else 0} excluded.\n",
+        "Cells: final-epoch value, mean ± std over seeds (n = seeds with a value). std is "
+        "pandas' default sample std (ddof=1); shown only for n ≥ 2. \"(published)\" rows are "
+        "the paper's numbers. Rows named after a rule report the λ that rule chose (in the "
+        f"cell). Selection: {tol} (absolute) of the best λ; ties → higher λ.\n",
+    ]
+    cells: list[Cell] = []
+    body: list[str] = []
+    titles = {"digits": "Colored MNIST (Table 1)", "german": "German credit (Table 3)",
+              "imdb": "IMDB faces (Table 2)"}
+    builders = {"digits": digits_table, "german": german_table, "imdb": imdb_table}
+    for bench in ("digits", "german", "imdb"):
+        if not (finals["benchmark"] == bench).any():
+            continue  # a benchmark with no rows is skipped
+        c1, md1 = builders[bench](finals, rules)
+        c2, md2 = lambda_sections(finals, bench, rules)
+        cells += c1 + c2
+        body.append(f"## {bench}: {titles[bench]}\n\n" + "\n".join(p for p in (md1, md2) if p))
+    if not body:
+        body.append("No results rows.\n")
+    markdown = "\n".join(head) + "\n" + "\n".join(body) + "\n" + excluded_section(finals)
+    tidy = pd.DataFrame([asdict(c) for c in cells], columns=TIDY_COLUMNS)
+    tidy["n"] = tidy["n"].astype("Int64")
+    tidy = tidy.astype({"mean": "float64", "std": "float64", "lam": "float64"})
+    return tidy, markdown
