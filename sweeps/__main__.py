@@ -1,0 +1,36 @@
+"""`python -m sweeps BENCHMARK [flags]`: one entry point for every driver.
+
+    python -m sweeps digits --preset quick
+    python -m sweeps german --help
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+DRIVERS = {
+    "digits": "sweeps.digits_grid",
+    "german": "sweeps.german_grid",
+    "imdb": "sweeps.imdb_grid",
+    "k_ablation": "sweeps.k_ablation",
+    "lambda_search": "sweeps.lambda_search",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = ", ".join(DRIVERS)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: python -m sweeps BENCHMARK [flags]; BENCHMARK is one of {names}; "
+              f"`python -m sweeps BENCHMARK --help` lists the flags")
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in DRIVERS:
+        print(f"error: unknown benchmark {name!r}; choose one of {names}", file=sys.stderr)
+        return 2
+    return int(importlib.import_module(DRIVERS[name]).main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

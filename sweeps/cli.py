@@ -1,0 +1,290 @@
+"""One argument surface for every sweep driver.
+
+Presets give every value; flags override single values. Bad values exit with status 2 and one
+argparse-style line naming the flag, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _list_of(kind: Callable[[str], float | int], check: Callable[[float], str | None]
+             ) -> Callable[[str], list]:
+    def parse(text: str) -> list:
+        items = [t.strip() for t in text.split(",")]
+        if not text.strip() or any(not t for t in items):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        values = []
+        for t in items:
+            try:
+                v = kind(t)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{t!r} is not a valid {kind.__name__} (in {text!r})") from None
+            problem = check(v)
+            if problem:
+                raise argparse.ArgumentTypeError(f"{t}: {problem}")
+            values.append(v)
+        return values
+    return parse
+
+
+def _one(kind: Callable[[str], float | int], check: Callable[[float], str | None]
+         ) -> Callable[[str], float | int]:
+    parse_list = _list_of(kind, check)
+
+    def parse(text: str) -> float | int:
+        values = parse_list(text)
+        if len(values) != 1:
+            raise argparse.ArgumentTypeError(f"expected one value, got {text!r}")
+        return values[0]
+    return parse
+
+
+def _finite(v: float) -> str | None:
+    return None if math.isfinite(v) else "must be finite"
+
+
+def _nonneg(v: float) -> str | None:
+    return _finite(v) or (None if v >= 0 else "must be >= 0")
+
+
+def _positive(v: float) -> str | None:
+    return _finite(v) or (None if v > 0 else "must be > 0")
+
+
+def _at_least_one(v: float) -> str | None:
+    return None if v >= 1 else "must be >= 1"
+
+
+def _unit_open(v: float) -> str | None:
+    return _finite(v) or (None if 0 < v < 1 else "must be in (0, 1)")
+
+
+LAM_LIST = _list_of(float, _nonneg)
+K_LIST = _list_of(int, _at_least_one)
+SIGMA_LIST = _list_of(float, _unit_open)
+SEED_LIST = _list_of(int, lambda v: None if v >= 0 else "must be >= 0")
+POS_INT = _one(int, _at_least_one)
+POS_FLOAT = _one(float, _positive)
+NONNEG_FLOAT = _one(float, _nonneg)
+POS_FLOAT_LIST = _list_of(float, _positive)
+NONNEG_INT = _one(int, lambda v: None if v >= 0 else "must be >= 0")
+IMDB_SPLITS = ("EB1", "EB2")
+
+
+def split_name(text: str) -> str:
+    return text.upper()
+
+
+SPLIT_LIST = _list_of(split_name, lambda v: None if v in IMDB_SPLITS
+                      else f"must be one of {','.join(IMDB_SPLITS)}")
+
+# Where --storage-path comes from when the flag is absent: cluster.yaml sets it on every node.
+STORAGE_ENV = "UNBIASED_STORAGE_PATH"
+SCHEDULERS = ("fifo", "asha")
+# Values a preset may leave out.
+_FALLBACKS = {"device": "auto", "scheduler": "fifo"}
+
+
+@dataclass
+class SweepArgs:
+    """Resolved settings of one sweep: the preset's values with the flags applied."""
+
+    benchmark: str
+    preset: str
+    values: dict[str, object]
+    out: Path
+    address: str | None = None
+    storage_path: str | None = None
+    resume: bool = False
+    overwrite: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> object:
+        return self.values[key]
+
+
+# flag dest -> preset key
+_OVERRIDES = {
+    "sigma": "sigma", "lam": "lam", "K": "K", "seeds": "seeds", "epochs": "epochs",
+    "batch_size": "batch_size", "lr": "lr", "mine_lr": "mine_lr", "root": "root",
+    "cpus_per_trial": "cpus_per_trial", "gpus_per_trial": "gpus_per_trial",
+    "inner_z": "inner_z", "mine_optimizer": "mine_optimizer", "source": "source",
+    "device": "device", "mi_eval_steps": "mi_eval_steps", "bank_refresh": "bank_refresh",
+    "bank_size": "bank_size", "amp": "amp", "compile": "compile",
+    "channels_last": "channels_last",
+    "scheduler": "scheduler", "samples": "samples", "lam_range": "lam_range",
+    # IMDB only (build_parser(imdb=True))
+    "train_split": "train_split", "weights": "weights", "arch": "arch",
+    "train_subset": "train_subset", "max_eval": "max_eval", "workers": "num_workers",
+    "image_size": "image_size", "eval_batch_size": "eval_batch_size",
+}
+
+
+def build_parser(prog: str, description: str, presets: dict[str, dict[str, object]],
+                 uses_sigma: bool = True, search: bool = False, imdb: bool = False
+                 ) -> argparse.ArgumentParser:
+    """`search`: the driver samples lambda and K (lambda_search.py) instead of a grid, so it
+    takes --samples and --lam-range, and --K lists the choices. `imdb`: the face images
+    flags (training split, backbone, weights, data loading)."""
+    preset_help = "\n".join(
+        textwrap.fill(f"{name}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()),
+                      width=79, initial_indent="  ", subsequent_indent="    ")
+        for name, values in presets.items())
+    p = argparse.ArgumentParser(
+        prog=prog, description=description,
+        epilog="Presets: every value a flag marked '(default: from --preset)' leaves out\n"
+               f"comes from the chosen preset; a flag replaces that one value.\n{preset_help}",
+        formatter_class=_HelpFormatter)
+    p.add_argument("--preset", choices=sorted(presets), default="quick",
+                   help="defaults for every value below")
+    if uses_sigma:
+        p.add_argument("--sigma", type=SIGMA_LIST,
+                       help="colour variances, comma-separated (paper: 0.02..0.05)")
+    if search:
+        p.add_argument("--lam-range", type=POS_FLOAT_LIST,
+                       help="LOW,HIGH: lambda is sampled log-uniformly in this range")
+        p.add_argument("--samples", type=POS_INT,
+                       help="Optuna trials per (sigma, seed) study")
+        p.add_argument("--K", type=K_LIST, help="MINE steps per model step: the choices the "
+                                                "search picks from, comma-separated")
+    else:
+        p.add_argument("--lam", type=LAM_LIST,
+                       help="lambda values (MI penalty), comma-separated")
+        p.add_argument("--K", type=K_LIST, help="MINE steps per model step, comma-separated")
+    p.add_argument("--seeds", type=SEED_LIST, help="seeds, comma-separated")
+    if imdb:
+        _imdb_flags(p)
+    p.add_argument("--epochs", type=POS_INT, help="epochs per trial")
+    p.add_argument("--batch-size", type=POS_INT, help="mini-batch size")
+    p.add_argument("--lr", type=POS_FLOAT, help="Adam learning rate of g and f")
+    p.add_argument("--mine-lr", type=POS_FLOAT, help="learning rate of the statistics network")
+    p.add_argument("--mine-optimizer", choices=["adam", "sgd"], help="optimiser of MINE")
+    p.add_argument("--inner-z", choices=["fresh", "batch", "bank"],
+                   help="z of the K inner MINE steps: fresh mini-batches through g "
+                        "(Algorithm 1), the current batch's z reused, or mini-batches from a "
+                        "bank of training-set z recomputed every --bank-refresh steps")
+    p.add_argument("--bank-refresh", type=POS_INT,
+                   help="outer steps between recomputations of the z bank (--inner-z bank)")
+    p.add_argument("--bank-size", type=POS_INT,
+                   help="z bank of a random pool of this many training rows instead of the "
+                        "whole set (--inner-z bank)")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                   help="bf16 autocast for the feature extractor (GPU; off by default)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the feature extractor and T (off by default)")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="channels-last memory format for conv feature extractors")
+    p.add_argument("--mi-eval-steps", type=POS_INT,
+                   help="training steps of the fresh statistics network behind mi_eval")
+    p.add_argument("--root", help="data root (downloads land here; offline files are read "
+                                  "from here)")
+    p.add_argument("--cpus-per-trial", type=POS_FLOAT, help="CPUs per trial (also torch threads)")
+    p.add_argument("--gpus-per-trial", type=NONNEG_FLOAT,
+                   help="GPUs per trial; fractions pack several trials on one GPU")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                   help="training device (auto: cuda when the trial has a GPU)")
+    p.add_argument("--scheduler", choices=SCHEDULERS,
+                   help="fifo: every trial runs all epochs. asha: Async Successive Halving "
+                        "stops trials whose train_acc trails at epochs grace, 3*grace, ... "
+                        "(grace = epochs/4); train accuracy, not test accuracy or MI, because "
+                        "it is label-free for the bias and the lowest-MI rule rejects "
+                        "lambdas that do not fit the training data anyway (MI alone would "
+                        "reward trials that learn nothing)")
+    p.add_argument("--address", help="Ray cluster to join ('auto' on a cluster head); default: "
+                                     "start a local Ray")
+    p.add_argument("--storage-path",
+                   help="where Tune keeps trial state (shared storage or s3:// URI on a "
+                        "multi-node cluster; the sweep goes to STORAGE/<name of OUT>/); "
+                        f"default: ${STORAGE_ENV} when set (cluster.yaml sets it), else "
+                        "OUT/tune")
+    p.add_argument("--out", type=Path, help="results directory (results.parquet, tables, "
+                                            "figures); default: results/<sweep>_<preset>")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--resume", action="store_true",
+                       help="continue an interrupted sweep in OUT")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace the results of an earlier sweep in OUT")
+    return p
+
+
+def _imdb_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--train-split", type=SPLIT_LIST,
+                   help="training splits, comma-separated: EB1 (women 0-29, men 40+), EB2 "
+                        "(men 0-29, women 40+)")
+    p.add_argument("--weights",
+                   help="backbone weights: 'imagenet' (torchvision's, from the torch hub "
+                        "cache, downloaded once), 'none' (random init) or a state_dict PATH")
+    p.add_argument("--arch", choices=["resnet50", "resnet18"],
+                   help="backbone (the paper's is resnet50; resnet18 for fast checks)")
+    p.add_argument("--train-subset", type=NONNEG_INT,
+                   help="train on the first N images of the split (paper: 2000); 0 = all")
+    p.add_argument("--max-eval", type=NONNEG_INT,
+                   help="evaluate on at most N images per evaluation split; 0 = all")
+    p.add_argument("--workers", type=NONNEG_INT,
+                   help="DataLoader worker processes per trial decoding JPEGs")
+    p.add_argument("--image-size", type=POS_INT, help="input crop size (ImageNet: 224)")
+    p.add_argument("--eval-batch-size", type=POS_INT,
+                   help="images per forward pass when evaluating")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the preset listing's line breaks; says where each unset value comes from."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.dest in _OVERRIDES and action.default is None:
+            fallback = _FALLBACKS.get(action.dest)
+            return text + " (default: from --preset" + (f", else {fallback})" if fallback
+                                                        else ")")
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            return text + " (default: %(default)s)"
+        return text
+
+
+def resolve(parser: argparse.ArgumentParser, benchmark: str,
+            presets: dict[str, dict[str, object]], argv: Sequence[str] | None = None,
+            name: str | None = None) -> SweepArgs:
+    """`name` names the default OUT (results/<name>_<preset>); the benchmark by default."""
+    ns = parser.parse_args(argv)
+    values = dict(presets[ns.preset])
+    for dest, key in _OVERRIDES.items():
+        v = getattr(ns, dest, None)
+        if v is not None:
+            values[key] = v
+    for key, fallback in _FALLBACKS.items():
+        values.setdefault(key, fallback)
+    lam_range = values.get("lam_range")
+    if lam_range is not None and (len(lam_range) != 2 or lam_range[0] >= lam_range[1]):
+        parser.error(f"argument --lam-range: expected LOW,HIGH with LOW < HIGH, got "
+                     f"{_show(lam_range)}")
+    if isinstance(values.get("K"), int):
+        values["K"] = [values["K"]]
+    gpus = float(values.get("gpus_per_trial", 0))
+    if gpus > 1 and gpus != int(gpus):
+        parser.error(f"argument --gpus-per-trial: {gpus} must be <= 1 or a whole number")
+    root = getattr(ns, "root", None)
+    if root is not None and not Path(root).expanduser().exists():
+        # A typo in --root would otherwise surface as a download into a new directory.
+        parser.error(f"argument --root: {root} does not exist")
+    if values.get("source") == "mnist" and not values.get("root"):
+        values["root"] = "data"
+    out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
+    storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
+    return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
+                     address=ns.address, storage_path=storage, resume=ns.resume,
+                     overwrite=ns.overwrite)
+
+
+def _show(v: object) -> str:
+    if isinstance(v, list):
+        return ",".join(str(x) for x in v)
+    return str(v)

@@ -1,0 +1,125 @@
+"""Optuna lambda search on Colored MNIST: lambda (log scale) and K per sigma, label-free objectives.
+
+    python sweeps/lambda_search.py                    # quick preset: 6 trials, embedded data, CPU
+    python sweeps/lambda_search.py --preset paper --root data --address auto
+
+One multi-objective Optuna study (Tune's OptunaSearch, TPE) per (sigma, seed): minimise
+`mi_eval` (MI of the final features, measured by a fresh statistics network) and maximise
+`train_acc`. Neither reads test labels or needs an unbiased validation set. lambda is sampled
+log-uniformly in --lam-range (so lambda = 0 is never proposed) and K from the --K choices.
+Writes OUT/results.parquet, tables and figures like the grid drivers (default OUT is
+results/lambda_search_<preset>), plus OUT/pareto.parquet and OUT/pareto.md: each study's
+Pareto front with the trial the lowest-MI rule picks on it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandas as pd  # noqa: E402
+
+from sweeps.cli import build_parser, resolve  # noqa: E402
+from sweeps.digits_grid import LOOP_KEYS, load_digits  # noqa: E402
+from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
+from sweeps.runner import (  # noqa: E402
+    SweepError,
+    all_ok,
+    check_out_dir,
+    fail,
+    init_ray,
+    results_frame,
+    run_tuner,
+    write_outputs,
+)
+
+EXPERIMENT = "lambda_search"
+OBJECTIVES = ["mi_eval", "train_acc"]
+MODES = ["min", "max"]
+
+
+def search_space(values: dict, sigma: float, seed: int) -> dict:
+    from ray import tune
+
+    low, high = (float(v) for v in values["lam_range"])
+    space = {key: values[key] for key in LOOP_KEYS if key in values}
+    space.update({
+        "sigma": float(sigma), "seed": int(seed),
+        "lam": tune.loguniform(low, high),
+        "K": tune.choice([int(k) for k in values["K"]]),
+        "num_threads": max(1, int(float(values["cpus_per_trial"]))),
+        "download": values.get("source") == "mnist",
+    })
+    return space
+
+
+def make_searcher(samples: int, seed: int):
+    """Multi-objective TPE. The first third of the trials are random (TPE's start-up) and at
+    most that many run at once, so later proposals can use the finished ones."""
+    import optuna
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    startup = max(2, samples // 3)
+    sampler = optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed)
+    # metric/mode go to the searcher, not to TuneConfig (Tune's multi-objective convention).
+    search = OptunaSearch(metric=OBJECTIVES, mode=MODES, sampler=sampler)
+    return ConcurrencyLimiter(search, max_concurrent=startup)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser("lambda_search.py", __doc__.splitlines()[0], LAMBDA_SEARCH,
+                          search=True)
+    args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
+    try:
+        check_out_dir(args, EXPERIMENT)
+        digits = load_digits(args)
+        samples = int(args["samples"])
+        studies = [(float(s), int(seed)) for s in args["sigma"] for seed in args["seeds"]]
+        print(f"{EXPERIMENT}: preset {args.preset}, {len(studies)} studies x {samples} trials "
+              f"({len(digits.train_y)} train / {len(digits.test_y)} test digits from "
+              f"{digits.source}), {args['epochs']} epochs each -> {args.out}", flush=True)
+        init_ray(args.address)
+        from ray import tune
+
+        from trainables.digits import train_digits
+
+        resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
+        trainable = tune.with_parameters(train_digits, digits=digits)
+        frames = []
+        for sigma, seed in studies:
+            grid = run_tuner(args, f"{EXPERIMENT}_sigma{sigma:g}_seed{seed}", trainable,
+                             search_space(args.values, sigma, seed), resources,
+                             param_keys=("sigma", "lam", "K", "seed"), n_trials=samples,
+                             search_alg=make_searcher(samples, seed), num_samples=samples)
+            frames.append(results_frame(grid, EXPERIMENT, "digits",
+                                        {"sigma": "sigma", "lam": "lam", "K": "K",
+                                         "seed": "seed", "epochs": "epochs"}))
+        df = pd.concat(frames, ignore_index=True).sort_values(
+            ["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
+        written = write_outputs(args, EXPERIMENT, df)
+        front = _write_front(args.out, df, written)
+    except SweepError as exc:
+        fail(str(exc))
+    print(front[["sigma", "seed", "lam", "K", "mi_eval", "train_acc", "test_acc", "chosen"]]
+          .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for path in written:
+        print(f"wrote {path}")
+    return 0 if all_ok(df) else 1
+
+
+def _write_front(out: Path, df: pd.DataFrame, written: list[Path]) -> pd.DataFrame:
+    from analysis.pareto import pareto_front, write_front
+    from analysis.results import final_rows
+
+    finals = final_rows(df)
+    front = pareto_front(finals)
+    written += write_front(front, finals, out)
+    return front
+
+
+if __name__ == "__main__":
+    sys.exit(main())

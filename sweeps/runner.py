@@ -1,0 +1,304 @@
+"""Run a grid of trials with Ray Tune and write the results contract (DESIGN.md).
+
+Shared by every driver: it starts or joins Ray, runs the Tuner (or restores it with
+`--resume`), turns each trial's per-epoch reports into rows of `OUT/results.parquet`, and calls
+the analysis so one command yields results, tables and figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from sweeps.cli import SweepArgs
+
+# Columns of results.parquet, in order: the contract of DESIGN.md plus what we add.
+CONTRACT_COLUMNS = [
+    "experiment", "trial_id", "benchmark", "method", "sigma", "lam", "K", "seed", "epoch",
+    "mi", "train_acc", "test_acc", "time_s", "mi_eval", "loss_task", "mi_batch", "epochs",
+    "start_epoch", "node", "status",
+]
+METHOD = "mi_backprop"  # Algorithm 1 at every lambda (lam = 0 is its ERM end point)
+EXPERIMENT_FILE = "experiment.json"
+
+
+class SweepError(Exception):
+    """A sweep cannot start or finish; the message is one line for the user."""
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_out_dir(args: SweepArgs, experiment: str) -> None:
+    """Refuse to mix experiments in one results directory, and fail early if it is not
+    writable, before anything is written into it."""
+    out = args.out
+    marker = out / EXPERIMENT_FILE
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out} exists and is not a directory")
+    if marker.exists() and not (args.resume or args.overwrite):
+        raise SweepError(f"--out {out} already holds results of an earlier sweep; pass "
+                         f"--resume to continue it or --overwrite to replace it")
+    if marker.exists() and args.resume:
+        previous = json.loads(marker.read_text()).get("experiment")
+        if previous != experiment:
+            raise SweepError(f"--out {out} holds experiment {previous!r}, not {experiment!r}")
+    probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
+    if not probe.is_dir():
+        raise SweepError(f"--out {out} is not writable: {probe} is not a directory")
+    # Try a write instead of os.access, which says yes to root on read-only file systems.
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise SweepError(f"--out {out} is not writable: {exc.strerror or exc}") from None
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a host:port nobody listens on (ray.init would retry for minutes)."""
+    target = address.split("://", 1)[-1]
+    if address == "auto" or ":" not in target:
+        return
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise SweepError(f"cannot connect to Ray at --address {address}: "
+                         f"{exc.strerror or exc}") from None
+
+
+def init_ray(address: str | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        check_reachable(address)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        else:
+            # "local": always a fresh instance, never one found through RAY_ADDRESS or a
+            # `ray start` on this machine (/tmp/ray/ray_current_cluster).
+            ray.init(address="local", include_dashboard=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SweepError(f"cannot connect to Ray at --address {address}: {first}") from None
+
+
+def progress_callback(param_keys: tuple[str, ...], n_trials: int):
+    """One line per trial per epoch instead of Tune's wide tables."""
+    from ray import tune
+
+    class Progress(tune.Callback):
+        def __init__(self) -> None:
+            self.done = 0
+            self.start = time.time()
+
+        def _tag(self, trial) -> str:
+            return " ".join(f"{k}={trial.config.get(k)}" for k in param_keys)
+
+        def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+            fields = [f"epoch {result.get('epoch')}/{trial.config.get('epochs')}"]
+            for key in ("train_acc", "test_acc", "mi", "mi_eval", "eo"):
+                value = result.get(key)
+                if isinstance(value, float) and not math.isnan(value):
+                    fields.append(f"{key} {value:.3f}")
+            print(f"[{time.time() - self.start:6.0f}s] {self._tag(trial)}: "
+                  + ", ".join(fields), flush=True)
+
+        def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+            self.done += 1
+            print(f"[{time.time() - self.start:6.0f}s] finished {self.done}/{n_trials}: "
+                  f"{self._tag(trial)}", flush=True)
+
+        def on_trial_error(self, iteration, trials, trial, **info) -> None:
+            print(f"[{time.time() - self.start:6.0f}s] trial failed: {self._tag(trial)} "
+                  f"(Tune restarts it from its last checkpoint while retries remain)",
+                  flush=True)
+
+    return Progress()
+
+
+def storage_dir(args: SweepArgs) -> str:
+    """Where Tune keeps this sweep's trial state: OUT/tune, or STORAGE/<name of OUT> when a
+    (shared) --storage-path is given, so sweeps with different OUT never share a Tune
+    experiment directory there."""
+    if args.storage_path:
+        return args.storage_path.rstrip("/") + "/" + args.out.resolve().name
+    return str((args.out / "tune").resolve())
+
+
+def make_scheduler(args: SweepArgs):
+    """The trial scheduler of `--scheduler`: None (FIFO) or ASHA on train_acc per epoch."""
+    if args.values.get("scheduler", "fifo") == "fifo":
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+
+    epochs = int(args["epochs"])
+    return ASHAScheduler(time_attr="epoch", metric="train_acc", mode="max", max_t=epochs,
+                         grace_period=max(1, epochs // 4), reduction_factor=3)
+
+
+def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space: dict,
+              resources: dict[str, float], param_keys: tuple[str, ...] = ("lam", "seed"),
+              n_trials: int = 0, search_alg=None, num_samples: int = 1):
+    """Run (or with --resume restore) the sweep. `search_alg`/`num_samples` for searches
+    (lambda_search.py); grids leave them at None/1."""
+    from ray import tune
+
+    # Tune warns on every forced snapshot when num_to_keep is set; the checkpoints are small.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+    storage = storage_dir(args)
+    trainable = tune.with_resources(trainable, resources)
+    exp_path = storage.rstrip("/") + "/" + experiment
+    if args.resume and tune.Tuner.can_restore(exp_path):
+        print(f"resuming {exp_path}", flush=True)
+        tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
+        before = tuner.get_results()
+        done = sum(1 for r in before if _finished(r))
+        print(f"resume: {done} of {len(before)} trials already finished; the others continue "
+              f"from their last checkpoints", flush=True)
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=tune.TuneConfig(reuse_actors=True, scheduler=make_scheduler(args),
+                                        search_alg=search_alg, num_samples=num_samples),
+            run_config=tune.RunConfig(
+                name=experiment, storage_path=storage,
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                failure_config=tune.FailureConfig(max_failures=2),
+                verbose=0,
+                callbacks=[progress_callback(param_keys, n_trials)],
+            ),
+        )
+    return tuner.fit()
+
+
+def _finished(result) -> bool:
+    """A trial that reported its last epoch (or stopped itself as diverged) without error."""
+    metrics = result.metrics or {}
+    epochs = (result.config or {}).get("epochs")
+    return result.error is None and bool(metrics) and (
+        metrics.get("epoch") == epochs or bool(metrics.get("diverged")))
+
+
+def results_frame(result_grid, experiment: str, benchmark: str,
+                  config_columns: dict[str, str]) -> pd.DataFrame:
+    """One row per trial and epoch. `config_columns` maps result column -> config key."""
+    frames = []
+    for result in result_grid:
+        df = result.metrics_dataframe
+        config = result.config or {}
+        if df is None or df.empty:
+            df = pd.DataFrame({"epoch": [0]})
+            trial_id = getattr(result, "path", "unknown").rstrip("/").split("/")[-1]
+        else:
+            trial_id = str(df["trial_id"].iloc[-1])
+            # A restarted trial may have re-reported an epoch: keep the last report of each.
+            df = df.drop_duplicates(subset="epoch", keep="last")
+        df = df.copy()
+        df["trial_id"] = trial_id
+        for column, key in config_columns.items():
+            df[column] = config.get(key, math.nan)
+        df["status"] = "ok" if result.error is None else f"error: {_one_line(result.error)}"
+        # The trial's full config next to its numbers (reproducibility, issue 9).
+        df["config"] = json.dumps(config, sort_keys=True, default=str)
+        reported = "train_acc" in df.columns
+        if (result.error is None and reported
+                and int(df["epoch"].max()) < int(config.get("epochs", 0))):
+            df["status"] = STOPPED_EARLY  # the scheduler (ASHA) stopped it
+        if "diverged" in df.columns and df["diverged"].notna().any():
+            # The trial stopped itself (NaN/inf loss or MI): analysis leaves it out.
+            df["status"] = str(df["diverged"].dropna().iloc[-1])
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True)
+    df["experiment"] = experiment
+    df["benchmark"] = benchmark
+    df["method"] = METHOD
+    for col in CONTRACT_COLUMNS:
+        if col not in df.columns:
+            df[col] = math.nan
+    df = df[CONTRACT_COLUMNS + [c for c in df.columns
+                                if c not in CONTRACT_COLUMNS and c in _KEEP_EXTRA]]
+    df = df.astype({"epoch": "int64", "K": "int64", "seed": "int64", "epochs": "int64",
+                    "lam": "float64", "sigma": "float64", "trial_id": "string",
+                    "node": "string", "status": "string"}, errors="ignore")
+    if "node_id" in df.columns:
+        df["node_id"] = df["node_id"].astype("string")
+    return df.sort_values(["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
+
+
+_KEEP_EXTRA = {"eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config"}
+STOPPED_EARLY = "stopped early (scheduler)"
+
+
+def all_ok(df: pd.DataFrame) -> bool:
+    """No trial failed (a trial the scheduler stopped early did not fail)."""
+    return bool(df["status"].isin(["ok", STOPPED_EARLY]).all())
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[-1] if text else type(err).__name__)[:300]
+
+
+def provenance() -> dict[str, object]:
+    """What produced these results: package versions and the git commit of this checkout
+    ("unknown" when the code was shipped without its .git, as on some cluster nodes)."""
+    import importlib.metadata
+    import platform
+    import subprocess
+
+    versions = {"python": platform.python_version()}
+    for dist in ("unbiased-mi", "torch", "torchvision", "ray", "pandas", "numpy", "pyarrow",
+                 "optuna", "scikit-learn"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    repo = Path(__file__).resolve().parents[1]
+
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(repo), *cmd], capture_output=True,
+                                  text=True, timeout=10, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit != "unknown" \
+        else None
+    return {"versions": versions, "git_commit": commit, "git_dirty": dirty,
+            "command": " ".join(sys.argv)}
+
+
+def write_outputs(args: SweepArgs, experiment: str, df: pd.DataFrame) -> list[Path]:
+    from analysis import build_all
+    from analysis.io import atomic_write_parquet, atomic_write_text
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "results.parquet"
+    record = {"experiment": experiment, "benchmark": args.benchmark, "preset": args.preset,
+              "values": args.values, "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              **provenance()}
+    meta = {"unbiased.experiment": json.dumps(record, default=str, sort_keys=True)}
+    atomic_write_parquet(df, path, metadata=meta)
+    atomic_write_text(args.out / EXPERIMENT_FILE, json.dumps(record, indent=2, default=str))
+    written = [path]
+    written += [Path(p) for p in build_all(args.out)]
+    return written
