@@ -1,0 +1,48 @@
+"""Figures: written by build_all as real, non-empty PNGs."""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+
+from analysis import build_all
+from analysis.io import atomic_write_parquet
+from analysis.synthetic import demo, frame, trial
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, path
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_build_all_writes_figures(tmp_path: Path) -> None:
+    atomic_write_parquet(demo(), tmp_path / "results.parquet")
+    written = build_all(tmp_path)
+    figures = tmp_path / "figures"
+    expected = {figures / name for name in (
+        "digits_K20_curves.png", "digits_K80_curves.png", "digits_K_ablation.png",
+        "german_K30_curves.png", "imdb_K40_curves.png")}
+    assert expected <= set(written)
+    assert set(figures.iterdir()) == expected  # no temp files left
+    for path in expected:
+        width, height = png_size(path)
+        assert path.stat().st_size > 10_000 and width > 500 and height > 300
+    # one row per sigma (2 here) vs the single German row: the digits figure is taller
+    assert png_size(figures / "digits_K80_curves.png")[1] > png_size(
+        figures / "german_K30_curves.png")[1]
+
+
+def test_single_K_has_no_ablation_and_diverged_only_lambda_is_fine(tmp_path: Path) -> None:
+    rows = (trial(lam=0.0, mi=1.0, seed=0) + trial(lam=0.0, mi=1.1, seed=1)
+            + trial(lam=1.0, mi=math.nan, status="diverged: nan loss"))
+    atomic_write_parquet(frame(rows), tmp_path / "results.parquet")
+    written = build_all(tmp_path)
+    pngs = [p for p in written if p.suffix == ".png"]
+    assert [p.name for p in pngs] == ["digits_K80_curves.png"]
+    png_size(pngs[0])

@@ -1,0 +1,185 @@
+"""Tables on synthetic results whose numbers are computed by hand."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import build_all
+from analysis.io import atomic_write_parquet
+from analysis.results import final_rows, spearman
+from analysis.synthetic import frame, trial
+from analysis.tables import TIDY_COLUMNS, build_tables
+
+NAN = math.nan
+
+
+def tables(rows: list[dict]) -> tuple[pd.DataFrame, str]:
+    df = frame(rows)
+    return build_tables(df, final_rows(df))
+
+
+def cell(tidy: pd.DataFrame, row: str, column: str, block: str | None = None) -> pd.Series:
+    sel = tidy[(tidy["row"] == row) & (tidy["column"] == column)]
+    if block is not None:
+        sel = sel[sel["block"] == block]
+    assert len(sel) == 1, (row, column, block, sel)
+    return sel.iloc[0]
+
+
+def digits_rows(sigma: float = 0.03, K: int = 80) -> list[dict]:
+    rows: list[dict] = []
+    # lam 0: test acc .5 .6 .7 over seeds -> mean .6, std (ddof=1) .1
+    for seed, acc in enumerate((0.5, 0.6, 0.7)):
+        rows += trial(lam=0.0, sigma=sigma, K=K, seed=seed, mi=1.0, test_acc=acc)
+    # lam 0.5: lowest MI -> chosen by lowest-MI; test acc .8 .9 -> .85, std .0707...
+    for seed, acc in enumerate((0.8, 0.9)):
+        rows += trial(lam=0.5, sigma=sigma, K=K, seed=seed, mi=0.1, test_acc=acc)
+    # lam 1: the paper's lambda; best test acc (oracle) .95 with one seed
+    rows += trial(lam=1.0, sigma=sigma, K=K, seed=0, mi=0.4, test_acc=0.95)
+    # diverged seed of lam 1: excluded from the mean
+    rows += trial(lam=1.0, sigma=sigma, K=K, seed=1, mi=NAN, test_acc=0.0, train_acc=0.1)
+    return rows
+
+
+def test_digits_table_numbers_are_hand_computed_means_and_stds() -> None:
+    tidy, md = tables(digits_rows())
+    assert list(tidy.columns) == TIDY_COLUMNS
+    block = "Table 1 (test accuracy), K=80"
+    erm = cell(tidy, "ERM (λ=0)", "σ=0.030", block)
+    assert erm["mean"] == pytest.approx(0.6) and erm["std"] == pytest.approx(0.1)
+    assert erm["n"] == 3 and erm["source"] == "ours" and erm["lam"] == 0.0
+    assert erm["std"] == pytest.approx(float(np.std([0.5, 0.6, 0.7], ddof=1)))
+    ours = cell(tidy, "Ours (λ=1, as the paper)", "σ=0.030", block)
+    assert ours["mean"] == pytest.approx(0.95) and math.isnan(ours["std"]) and ours["n"] == 1
+    low = cell(tidy, "Ours, lowest-MI (label-free)", "σ=0.030", block)
+    assert low["lam"] == 0.5 and low["mean"] == pytest.approx(0.85)
+    assert low["std"] == pytest.approx(math.sqrt(0.005)) and low["n"] == 2
+    assert low["rule"] == "lowest-MI (label-free)"
+    oracle = cell(tidy, "Ours, oracle (peeks at test labels)", "σ=0.030", block)
+    assert oracle["lam"] == 1.0 and oracle["mean"] == pytest.approx(0.95)
+    # markdown: the same numbers, the std convention stated, the diverged trial listed
+    assert "| ERM (λ=0) | 0.600 ± 0.100 (n=3) |" in md
+    assert "0.850 ± 0.071 (n=2, λ=0.5)" in md
+    assert "0.950 (n=1)" in md
+    assert "ddof=1" in md
+    section = md.split("## Diverged or failed trials")[1]
+    assert "digits_s0.03_l1_K80_seed1_mi_backprop" in section and "final mi is nan" in section
+
+
+def test_published_rows_beside_ours() -> None:
+    # 0.0300000004 matches the paper's 0.030 column (tolerance 1e-6); 0.1 has no column
+    rows = digits_rows(sigma=0.0300000004) + digits_rows(sigma=0.1)
+    tidy, md = tables(rows)
+    pub = tidy[tidy["source"] == "published"]
+    assert set(pub["column"]) == {"σ=0.030"}
+    assert cell(pub, "Alvi et al. (published)", "σ=0.030")["mean"] == pytest.approx(0.794)
+    assert cell(pub, "Kim et al. (published)", "σ=0.030")["mean"] == pytest.approx(0.911)
+    ours_pub = cell(pub, "Ours (λ=1) (published)", "σ=0.030")
+    assert ours_pub["mean"] == pytest.approx(0.959) and ours_pub["std"] == pytest.approx(0.008)
+    assert cell(pub, "ERM (λ=0) (published)", "σ=0.030")["mean"] == pytest.approx(0.664)
+    assert "| Kim et al. (published) | 0.911 | — |" in md
+
+
+def test_one_block_per_K_and_selection_gap() -> None:
+    tidy, md = tables(digits_rows(K=20) + digits_rows(K=80))
+    assert {"Table 1 (test accuracy), K=20", "Table 1 (test accuracy), K=80"} <= set(
+        tidy["block"])
+    gap = cell(tidy, "lowest-MI (label-free)", "σ=0.030",
+               "selection gap to oracle (test acc), K=80")
+    assert gap["mean"] == pytest.approx(0.95 - 0.85) and gap["lam"] == 0.5
+    assert cell(tidy, "oracle (peeks at test labels)", "σ=0.030",
+                "selection gap to oracle (test acc), K=20")["mean"] == 0.0
+    assert "### Table 1 (test accuracy), K=20" in md and "### Table 1 (test accuracy), K=80" in md
+
+
+def test_spearman_on_monotone_cases() -> None:
+    assert spearman([3.0, 2.0, 1.0, 0.5], [0.1, 0.2, 0.3, 0.4]) == pytest.approx(-1.0)
+    assert spearman([1.0, 2.0, 3.0], [0.1, 0.5, 0.9]) == pytest.approx(1.0)
+    assert math.isnan(spearman([1.0, 2.0], [1.0, 2.0]))
+    # ties use average ranks: same as the Pearson correlation of the ranks
+    assert spearman([1.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]) == pytest.approx(
+        float(np.corrcoef([1.5, 1.5, 3, 4], [1, 2, 3, 4])[0, 1]))
+
+
+def test_spearman_in_tables() -> None:
+    rows = []
+    for lam, mi, acc in ((0.0, 1.0, 0.5), (0.5, 0.5, 0.6), (1.0, 0.2, 0.9)):
+        rows += trial(lam=lam, mi=mi, test_acc=acc, sigma=0.02)
+    for lam, mi, acc in ((0.0, 1.0, 0.5), (1.0, 0.2, 0.9)):  # only 2 lambdas
+        rows += trial(lam=lam, mi=mi, test_acc=acc, sigma=0.05)
+    tidy, md = tables(rows)
+    rho = tidy[tidy["block"] == "Spearman ρ(MI, test acc), K=80"].set_index("row")
+    assert rho.loc["σ=0.020", "mean"] == pytest.approx(-1.0)
+    assert math.isnan(rho.loc["σ=0.050", "mean"])
+    assert "| σ=0.020 | 3 | mi | -1.000 |  |" in md
+    assert "fewer than 3 lambdas (2)" in md
+
+
+def test_german_table() -> None:
+    rows = []
+    for seed, (acc, eo) in enumerate(((0.70, 0.4), (0.74, 0.5))):
+        rows += trial(benchmark="german", sigma=NAN, K=30, lam=0.0, seed=seed, mi=0.3,
+                      test_acc=acc, eo=eo)
+        rows += trial(benchmark="german", sigma=NAN, K=30, lam=1.0, seed=seed, mi=0.05,
+                      test_acc=acc - 0.02, eo=eo / 10)
+        rows += trial(benchmark="german", method="svm", sigma=NAN, lam=NAN, K=0, seed=seed,
+                      epochs=1, mi=NAN, test_acc=0.75, eo=0.1 + seed / 10,
+                      trial_id=f"svm{seed}")
+    tidy, md = tables(rows)
+    assert set(tidy["benchmark"]) == {"german"}
+    block = "Table 3 (accuracy, EO), K=30"
+    svm = cell(tidy, "SVM", "EO", block)
+    assert svm["mean"] == pytest.approx(0.15) and svm["n"] == 2
+    nn = cell(tidy, "NN (λ=0)", "Acc.", block)
+    assert nn["mean"] == pytest.approx(0.72) and nn["std"] == pytest.approx(0.04 / math.sqrt(2))
+    assert cell(tidy, "Ours (λ=1, as the paper)", "EO", block)["mean"] == pytest.approx(0.045)
+    assert cell(tidy, "Ours, lowest-MI (label-free)", "EO", block)["lam"] == 1.0
+    assert cell(tidy, "NN + χ² (published)", "EO", block)["mean"] == pytest.approx(0.25)
+    assert cell(tidy, "FERM (published)", "Acc.", block)["mean"] == pytest.approx(0.73)
+    assert "## digits" not in md and "## imdb" not in md  # empty benchmarks are skipped
+    # the SVM baseline (NaN mi, no lambda) is not a diverged trial
+    assert "None." in md.split("## Diverged or failed trials")[1]
+
+
+def test_imdb_table_columns() -> None:
+    rows = []
+    for split, other, base in (("EB1", "acc_eb2", 0.6), ("EB2", "acc_eb1", 0.5)):
+        for lam in (0.0, 0.5, 0.9):
+            rows += trial(benchmark="imdb", sigma=NAN, K=40, lam=lam, mi=1.0 - lam,
+                          train_split=split, acc_test=base + 0.2 + lam / 10,
+                          test_acc=base + 0.2 + lam / 10, **{other: base + lam / 10})
+    tidy, md = tables(rows)
+    block = "Table 2 (accuracy), K=40"
+    assert cell(tidy, "ERM (λ=0)", "EB1→EB2", block)["mean"] == pytest.approx(0.6)
+    assert cell(tidy, "ERM (λ=0)", "EB2→EB1", block)["mean"] == pytest.approx(0.5)
+    paper = "Ours (λ=0.5 on EB1, 0.9 on EB2, as the paper)"
+    assert cell(tidy, paper, "EB1→Test", block)["mean"] == pytest.approx(0.85)
+    assert cell(tidy, paper, "EB2→Test", block)["mean"] == pytest.approx(0.79)
+    assert cell(tidy, paper, "EB2→Test", block)["lam"] == pytest.approx(0.9)
+    assert cell(tidy, "Kim et al. (published)", "EB2→EB1", block)["mean"] == pytest.approx(.642)
+    assert "| Method | EB1→EB2 | EB1→Test | EB2→EB1 | EB2→Test |" in md
+
+
+def test_empty_frame_gives_a_table_without_benchmarks() -> None:
+    df = frame(trial())
+    df = df.iloc[0:0]
+    tidy, md = build_tables(df, final_rows(df))
+    assert tidy.empty and list(tidy.columns) == TIDY_COLUMNS
+    assert "No results rows." in md
+
+
+def test_build_all_writes_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    atomic_write_parquet(frame(digits_rows()), tmp_path / "results.parquet")
+    written = build_all(tmp_path, figures=False)
+    assert written == [tmp_path / "table.md", tmp_path / "table.parquet"]
+    assert capsys.readouterr().out == ""
+    tidy = pd.read_parquet(tmp_path / "table.parquet")
+    assert set(tidy["source"]) == {"ours", "published"}
+    assert cell(tidy, "ERM (λ=0)", "σ=0.030", "Table 1 (test accuracy), K=80")["mean"] == \
+        pytest.approx(0.6)
+    assert (tmp_path / "table.md").read_text().startswith("# Results: synthetic")

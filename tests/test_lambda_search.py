@@ -1,0 +1,121 @@
+"""Optuna lambda search (a tiny real run), the Pareto front, the ASHA option and the K-ablation
+presets."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.pareto import pareto_front, pareto_mask
+from sweeps.cli import build_parser, resolve
+from sweeps.presets import DIGITS, K_ABLATION, LAMBDA_SEARCH
+
+
+def test_pareto_mask_keeps_only_non_dominated_rows():
+    frame = pd.DataFrame({"mi_eval": [0.1, 0.2, 0.05, 0.3, 0.1, math.nan],
+                          "train_acc": [0.9, 0.95, 0.8, 0.9, 0.85, 0.99]})
+    # row 3 is worse than row 0 on both; row 4 ties row 0 on MI but fits less; NaN never.
+    assert pareto_mask(frame).tolist() == [True, True, True, False, False, False]
+
+
+def _finals(rows: list[tuple[float, int, float, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"benchmark": "digits", "sigma": 0.03, "seed": 0, "trial_id": f"t{i}",
+                          "method": "mi_backprop", "lam": lam, "K": K, "mi_eval": mi,
+                          "mi": mi, "train_acc": acc, "test_acc": test, "status": "ok",
+                          "loss_task": 0.1}
+                         for i, (lam, K, mi, acc, test) in enumerate(rows)])
+
+
+def test_lowest_mi_rule_on_the_front():
+    finals = _finals([(0.01, 20, 0.30, 0.99, 0.50), (0.3, 40, 0.10, 0.97, 0.70),
+                      (3.0, 80, 0.02, 0.60, 0.30), (1.0, 20, 0.20, 0.96, 0.60)])
+    front = pareto_front(finals)
+    assert sorted(front["lam"]) == [0.01, 0.3, 3.0]  # lam 1 is dominated by lam 0.3
+    chosen = front[front["chosen"]]
+    # lam 3 has the lowest MI but does not fit (0.60 vs best 0.99): lam 0.3 is chosen.
+    assert chosen["lam"].tolist() == [0.3] and chosen["K"].tolist() == [40]
+    assert "lowest" in chosen["reason"].iloc[0]
+
+
+def test_asha_is_accepted_and_ranks_on_train_acc(capsys):
+    from ray.tune.schedulers import ASHAScheduler
+
+    from sweeps.runner import make_scheduler
+
+    parser = build_parser("digits_grid.py", "x", DIGITS)
+    args = resolve(parser, "digits", DIGITS, ["--scheduler", "asha", "--epochs", "8"])
+    scheduler = make_scheduler(args)
+    assert isinstance(scheduler, ASHAScheduler)
+    assert scheduler._metric == "train_acc" and scheduler._mode == "max"
+    assert make_scheduler(resolve(parser, "digits", DIGITS, [])) is None  # fifo by default
+    with pytest.raises(SystemExit) as exc:
+        resolve(parser, "digits", DIGITS, ["--scheduler", "hyperband"])
+    assert exc.value.code == 2 and "--scheduler" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_trial_the_scheduler_stopped_is_not_a_failure():
+    from sweeps.runner import STOPPED_EARLY, all_ok, results_frame
+
+    def result(tid: str, epochs_run: int) -> SimpleNamespace:
+        metrics = pd.DataFrame({"epoch": range(1, epochs_run + 1), "trial_id": tid,
+                                "train_acc": 0.5, "mi": 0.1, "node_id": "n1"})
+        return SimpleNamespace(metrics_dataframe=metrics, error=None, path=f"/x/{tid}",
+                               config={"lam": 1.0, "K": 2, "seed": 0, "sigma": 0.03,
+                                       "epochs": 4})
+    df = results_frame([result("a", 4), result("b", 1)], "digits_grid", "digits",
+                       {"sigma": "sigma", "lam": "lam", "K": "K", "seed": "seed",
+                        "epochs": "epochs"})
+    status = df.groupby("trial_id")["status"].first()
+    assert status["a"] == "ok" and status["b"] == STOPPED_EARLY and all_ok(df)
+    assert df["node_id"].dtype == "string"
+
+
+def test_search_flags_and_k_ablation_presets(capsys):
+    parser = build_parser("lambda_search.py", "x", LAMBDA_SEARCH, search=True)
+    args = resolve(parser, "digits", LAMBDA_SEARCH, ["--lam-range", "0.1,3"],
+                   name="lambda_search")
+    assert args["lam_range"] == [0.1, 3.0] and str(args.out).endswith("lambda_search_quick")
+    with pytest.raises(SystemExit) as exc:
+        resolve(parser, "digits", LAMBDA_SEARCH, ["--lam-range", "3,0.1"])
+    assert exc.value.code == 2 and "--lam-range" in capsys.readouterr().err.splitlines()[-1]
+    for preset in K_ABLATION.values():
+        assert preset["K"] == [20, 40, 80] and preset["lam"] == [1.0]
+    assert len(K_ABLATION["paper"]["sigma"]) * 3 * len(K_ABLATION["paper"]["seeds"]) == 63
+
+
+def test_tiny_search_writes_results_and_pareto(ray_local, tmp_path):
+    from sweeps.lambda_search import main
+
+    out = tmp_path / "search"
+    rc = main(["--sigma", "0.03", "--samples", "2", "--K", "2,3", "--lam-range", "0.1,10",
+               "--epochs", "1", "--batch-size", "256", "--mi-eval-steps", "30",
+               "--device", "cpu", "--out", str(out)])
+    assert rc == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["trial_id"].nunique() == 2 and (df["experiment"] == "lambda_search").all()
+    assert df["lam"].between(0.1, 10).all() and set(df["K"]) <= {2, 3}
+    assert df["mi_eval"].notna().all()
+    front = pd.read_parquet(out / "pareto.parquet")
+    assert 1 <= len(front) <= 2 and front["chosen"].sum() == 1
+    assert np.isin(front["trial_id"], df["trial_id"]).all()
+    assert "Chosen:" in (out / "pareto.md").read_text()
+    assert (out / "table.md").exists()
+
+
+@pytest.mark.parametrize("driver", ["digits_grid", "german_grid", "k_ablation",
+                                    "lambda_search"])
+def test_every_driver_shares_the_argument_surface(driver, capsys):
+    import importlib
+
+    main = importlib.import_module(f"sweeps.{driver}").main
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--preset", "--K", "--seeds", "--epochs", "--scheduler", "--address",
+                 "--storage-path", "--out", "--resume", "  quick:", "  paper:"):
+        assert flag in text, flag

@@ -1,0 +1,134 @@
+"""A real two-node Ray cluster on this machine: `ray start --head` plus `ray start --address`,
+then the digits driver joins it with `--address` and its two trials must run on both nodes.
+
+Isolation from the other Ray instances on this machine (the session's `ray_local`, other test
+runs): each node gets its own `--temp-dir` (so `ray_current_cluster` is written there, not in
+/tmp/ray, and a plain `ray.init()` elsewhere never finds this cluster), its own free ports,
+and is stopped by signalling the process group of its `ray start --block`, never by
+`ray stop` (which kills every Ray on the machine). This process never calls ray.init.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY = str(Path(sys.executable).with_name("ray"))
+STARTED = "Ray runtime started."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(check, what: str, timeout_s: float, procs: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        dead = [p for p in procs if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"{what}: `ray start` exited with {dead[0].returncode}")
+        time.sleep(0.5)
+    raise TimeoutError(f"{what}: not ready after {timeout_s:.0f} s")
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """SIGTERM each `ray start --block` (it stops its node's processes), then SIGKILL whatever
+    is left in their process groups (workers the raylets spawned) after `grace_s`."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+
+@pytest.fixture
+def two_nodes() -> Iterator[str]:
+    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b); yields the address."""
+    # Short path: Ray's unix sockets live under it and must stay under 108 characters.
+    temp = tempfile.mkdtemp(prefix="rmn", dir="/tmp")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    common = ["--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", "200000000",
+              "--temp-dir", temp, "--disable-usage-stats", "--block"]
+    nodes = [
+        ("head", ["--head", "--port", str(port), "--include-dashboard", "false",
+                  "--resources", json.dumps({"node_a": 1})]),
+        ("worker", ["--address", f"127.0.0.1:{port}", "--resources", json.dumps({"node_b": 1})]),
+    ]
+    procs: list[subprocess.Popen] = []
+    try:
+        for name, args in nodes:
+            log = Path(temp) / f"{name}.log"
+            with open(log, "w") as out:
+                procs.append(subprocess.Popen(
+                    [RAY, "start", *args, "--dashboard-agent-listen-port", str(_free_port()),
+                     *common], env=env, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True))
+            _wait_for(lambda log=log: STARTED in log.read_text(), f"{name} node", 120, procs)
+        assert _listening(port)
+        yield f"127.0.0.1:{port}"
+    finally:
+        _stop(list(reversed(procs)))
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_digits_grid_spreads_trials_over_two_nodes(two_nodes, tmp_path):
+    storage = tmp_path / "shared"  # one filesystem: "shared storage" for both nodes
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Two trials at 1 CPU each on two 1-CPU nodes: they can only run side by side, one per node.
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address", two_nodes,
+         "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs", "1", "--K", "2",
+         "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu",
+         "--cpus-per-trial", "1", "--storage-path", str(storage), "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 2 and (df["status"] == "ok").all()
+    assert df["node_id"].notna().all()
+    assert df["node_id"].nunique() == 2, df[["trial_id", "node", "node_id"]]
+    # Tune's trial state went to the shared storage path (STORAGE/<name of OUT>/<experiment>),
+    # with each trial's checkpoint, not to OUT/tune.
+    experiment = storage / out.name / "digits_grid"
+    assert (experiment / "tuner.pkl").exists()
+    checkpoints = list(experiment.glob("*/checkpoint_*"))
+    assert len(checkpoints) == 2, sorted(p.name for p in experiment.iterdir())
+    assert not (out / "tune").exists()
