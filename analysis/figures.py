@@ -1,5 +1,6 @@
-"""The paper's Fig. 3 (MI, test and train accuracy vs epoch, one line per lambda) and a
-K-ablation figure, drawn with matplotlib's Agg canvas (no pyplot, no display).
+"""The paper's Fig. 3 (MI, test and train accuracy vs epoch, one line per lambda), a
+K-ablation figure and, for fairness benchmarks (German), test accuracy and equality of
+opportunity vs lambda, drawn with matplotlib's Agg canvas (no pyplot, no display).
 
 Curves are means over the kept (non-diverged) seeds of a lambda, shaded between the seeds'
 min and max.
@@ -17,6 +18,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.io import atomic_savefig
 from analysis.results import MI_METHOD, excluded_mask, lam_label, sigma_label
+from analysis.selection import LowestMI, NoCandidateError
 
 PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
                                        ("test_acc", "test accuracy"),
@@ -128,11 +130,67 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
     return fig
 
 
+FAIRNESS_PANELS: tuple[tuple[str, str], ...] = (("test_acc", "test accuracy (higher is better)"),
+                                                ("eo", "EO gap (lower is fairer)"))
+
+
+def fairness_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K: int) -> Figure:
+    """Final test accuracy and EO per lambda (bars: mean, error bars: std over seeds, dots:
+    single seeds) for one (benchmark, K) of kept MI-backprop trials; baselines (e.g. the SVM)
+    as dashed lines; the lowest-MI rule's lambda outlined, so its accuracy/fairness trade-off
+    can be read off against the others."""
+    lams = sorted(set(finals["lam"].astype(float)))
+    try:
+        chosen: float | None = LowestMI().choose(finals).lam
+    except NoCandidateError:
+        chosen = None
+    fig = _new_figure(10.0, 3.6)
+    axes = fig.subplots(1, len(FAIRNESS_PANELS), squeeze=False)[0]
+    colors = _colors(lams)
+    x = np.arange(len(lams))
+    base_styles = ("--", ":", "-.")
+    for ax, (metric, ylabel) in zip(axes, FAIRNESS_PANELS, strict=True):
+        for i, lam in enumerate(lams):
+            vals = finals.loc[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9), metric]
+            vals = vals.dropna().astype(float)
+            if vals.empty:
+                continue
+            std = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+            picked = chosen is not None and np.isclose(lam, chosen, rtol=0.0, atol=1e-9)
+            ax.bar(i, float(vals.mean()), yerr=std, capsize=4, color=colors[lam], alpha=0.8,
+                   edgecolor="black" if picked else "none", lw=2.0 if picked else 0.0)
+            ax.plot(np.full(len(vals), i), vals.to_numpy(), "k.", ms=4, alpha=0.6)
+        for j, (method, g) in enumerate(baselines.groupby("method", sort=True)):
+            vals = g[metric].dropna().astype(float)
+            if not vals.empty:
+                ax.axhline(float(vals.mean()), ls=base_styles[j % len(base_styles)], lw=1.5,
+                           color="0.25", label=f"{method} (mean of {len(vals)})")
+        ax.set_xticks(x, [f"{lam:g}" + (" *" if chosen is not None and np.isclose(
+            lam, chosen, rtol=0.0, atol=1e-9) else "") for lam in lams])
+        ax.set_xlabel("λ (* = lowest-MI choice, outlined)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(ylabel, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+        if metric == "test_acc":  # accuracies differ by points: zoom in rather than start at 0
+            shown = pd.concat([finals[metric], baselines[metric]]).dropna().astype(float)
+            if not shown.empty:
+                ax.set_ylim(max(0.0, float(shown.min()) - 0.1), min(1.0, float(shown.max()) + 0.05))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="best")
+    n_seeds = finals.groupby("lam")["trial_id"].nunique()
+    lo, hi = int(n_seeds.min()), int(n_seeds.max())
+    fig.suptitle(f"{bench}, K={K}: final test accuracy and equality of opportunity per λ "
+                 f"(mean ± std over {lo if lo == hi else f'{lo}-{hi}'} seeds)", fontsize=11)
+    return fig
+
+
 def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Write `curves` figures per (benchmark, K) and a K-ablation figure per benchmark with
-    several K into `out_dir` (usually RESULTS/figures). Returns the written paths."""
+    """Write `curves` figures per (benchmark, K), a K-ablation figure per benchmark with
+    several K and a `fairness` figure per (benchmark, K) whose trials report `eo`, into
+    `out_dir` (usually RESULTS/figures). Returns the written paths."""
     out = Path(out_dir)
-    kept_finals = finals[~excluded_mask(finals)]
+    kept_all = finals[~excluded_mask(finals)]
+    kept_finals = kept_all
     kept_finals = kept_finals[(kept_finals["method"] == MI_METHOD)
                               & kept_finals["lam"].notna()]
     rows = df[df["trial_id"].isin(set(kept_finals["trial_id"]))]
@@ -143,6 +201,14 @@ def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path) -
             fig = curves_figure(b[b["K"] == K], bench, int(K))
             written.append(atomic_savefig(fig, out / f"{bench}_K{int(K)}_curves.png"))
         bf = kept_finals[kept_finals["benchmark"] == bench]
+        if "eo" in bf.columns:
+            baselines = kept_all[(kept_all["benchmark"] == bench)
+                                 & (kept_all["method"] != MI_METHOD)]
+            for K in sorted(bf["K"].unique()):
+                at_K = bf[bf["K"] == K]
+                if at_K["eo"].notna().any():
+                    fig = fairness_figure(at_K, baselines, bench, int(K))
+                    written.append(atomic_savefig(fig, out / f"{bench}_K{int(K)}_fairness.png"))
         if bf["K"].nunique() > 1:
             fig = k_ablation_figure(bf, bench)
             written.append(atomic_savefig(fig, out / f"{bench}_K_ablation.png"))

@@ -6,8 +6,12 @@ import math
 import struct
 from pathlib import Path
 
+import pytest
+
 from analysis import build_all
+from analysis.figures import fairness_figure
 from analysis.io import atomic_write_parquet
+from analysis.results import final_rows
 from analysis.synthetic import demo, frame, trial
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -27,7 +31,7 @@ def test_build_all_writes_figures(tmp_path: Path) -> None:
     figures = tmp_path / "figures"
     expected = {figures / name for name in (
         "digits_K20_curves.png", "digits_K80_curves.png", "digits_K_ablation.png",
-        "german_K30_curves.png", "imdb_K40_curves.png")}
+        "german_K30_curves.png", "german_K30_fairness.png", "imdb_K40_curves.png")}
     assert expected <= set(written)
     assert set(figures.iterdir()) == expected  # no temp files left
     for path in expected:
@@ -46,3 +50,19 @@ def test_single_K_has_no_ablation_and_diverged_only_lambda_is_fine(tmp_path: Pat
     pngs = [p for p in written if p.suffix == ".png"]
     assert [p.name for p in pngs] == ["digits_K80_curves.png"]
     png_size(pngs[0])
+
+
+def test_fairness_figure_marks_the_lowest_mi_choice_and_draws_the_svm() -> None:
+    finals = final_rows(demo())
+    german = finals[(finals["benchmark"] == "german") & ~finals["excluded"]]
+    ours = german[german["method"] == "mi_backprop"]
+    fig = fairness_figure(ours, german[german["method"] == "svm"], "german", 30)
+    acc_ax, eo_ax = fig.axes[:2]
+    ticks = [t.get_text() for t in eo_ax.get_xticklabels()]
+    # demo(): lam 1 has the lowest MI and still fits, so the rule picks it
+    assert ticks == ["0", "0.5", "1 *"]
+    bars = [p.get_height() for p in eo_ax.patches]
+    expected = [ours.loc[ours["lam"] == lam, "eo"].mean() for lam in (0.0, 0.5, 1.0)]
+    assert bars == [pytest.approx(v) for v in expected]
+    svm_lines = [ln for ln in acc_ax.get_lines() if ln.get_label().startswith("svm")]
+    assert len(svm_lines) == 1 and svm_lines[0].get_ydata()[0] == pytest.approx(0.74)
