@@ -11,7 +11,7 @@ from unbiased.train import Algorithm1, LoopConfig, combine_grads, mi_eval
 
 
 def biased_tabular(n: int = 2000, seed: int = 0, agree: float = 0.95,
-                   c_noise: float = 0.05) -> Benchmark:
+                   c_noise: float = 0.05, z_dim: int = 16) -> Benchmark:
     """y is visible in x[0] (noisy), the binary bias c in x[1] (clean); in training c agrees
     with y 95% of the time, so a model can lean on c. z can drop c and still fit y."""
     gen = torch.Generator().manual_seed(seed)
@@ -25,7 +25,7 @@ def biased_tabular(n: int = 2000, seed: int = 0, agree: float = 0.95,
         return TensorSplit(x.float(), y, c.float().unsqueeze(1))
 
     return Benchmark("toy", split(n, agree), {"test_acc": split(n // 2, 0.5)}, 2,
-                     lambda: MLPFeatures(2, 16), z_dim=16, c_dim=1)
+                     lambda: MLPFeatures(2, z_dim), z_dim=z_dim, c_dim=1)
 
 
 def _params(algo: Algorithm1) -> list[torch.Tensor]:
@@ -73,20 +73,25 @@ def test_resume_from_state_dict_continues_exactly(inner_z):
     assert straight.evaluate() == resumed.evaluate()
 
 
-def test_mi_goes_down_when_lambda_goes_up():
-    # c independent of y and noisy in x[1]: ERM's features carry c incidentally, Algorithm 1
-    # with lam = 1 must remove much of it while fitting y as well. Measured: mi_eval 0.58
-    # nats at lam 0, 0.42 at lam 1 (fresh inner z); the assertion asks for a 15% drop.
-    bench = biased_tabular(agree=0.5, c_noise=0.3)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_mi_goes_down_when_lambda_goes_up(seed: int):
+    # c independent of y and noisy in x[1]: ERM's 4 ReLU features carry c incidentally;
+    # Algorithm 1 with lam = 1 must remove most of it while fitting y as well. Measured over
+    # seeds 0-3 (fresh inner z): mi_eval 0.41-0.57 nats at lam 0, -0.00-0.15 at lam 1, a
+    # ratio of 0.36 at worst; train acc within 0.01. The assertion asks for a 40% drop at
+    # two seeds. (With 16 features the drop is small and seed-dependent, 0.77-1.03: every
+    # unit must be scrubbed of c, and the adversary chases one direction at a time.)
+    bench = biased_tabular(agree=0.5, c_noise=0.3, z_dim=4)
     mi, acc = {}, {}
     for lam in (0.0, 1.0):
         algo = Algorithm1(bench, LoopConfig(lam=lam, K=10, batch_size=200, lr=1e-2,
-                                            mine_lr=1e-2, inner_z="fresh"), seed=0)
+                                            mine_lr=1e-2, inner_z="fresh"), seed=seed)
         for _ in range(30):
             algo.run_epoch()
         acc[lam] = algo.evaluate()["train_acc"]
         mi[lam] = mi_eval(algo.train_features(), bench.train.c, steps=800)
-    assert mi[1.0] < 0.85 * mi[0.0], mi
+    assert mi[0.0] > 0.2, mi  # ERM's features do carry c: the drop below is not vacuous
+    assert mi[1.0] < 0.6 * mi[0.0], mi
     assert acc[1.0] > acc[0.0] - 0.03, acc  # still fits the task
 
 
