@@ -171,7 +171,9 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--inner-z", choices=["fresh", "batch", "bank"],
                    help="z of the K inner MINE steps: fresh mini-batches through g "
                         "(Algorithm 1), the current batch's z reused, or mini-batches from a "
-                        "bank of training-set z recomputed every --bank-refresh steps")
+                        "bank of training-set z recomputed every --bank-refresh steps "
+                        "(cheap, but a stale bank let the model fool MINE on digits: "
+                        "see bench/RESULTS.md, section 2)")
     p.add_argument("--bank-refresh", type=POS_INT,
                    help="outer steps between recomputations of the z bank (--inner-z bank)")
     p.add_argument("--bank-size", type=POS_INT,
