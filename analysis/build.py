@@ -8,7 +8,7 @@ from pathlib import Path
 from analysis.figures import write_figures
 from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.results import final_rows, load_results
-from analysis.selection import SelectionRule
+from analysis.selection import LowestMI, SelectionRule
 from analysis.tables import build_tables
 
 
@@ -26,5 +26,7 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
     written = [atomic_write_text(out / "table.md", markdown),
                atomic_write_parquet(tidy, out / "table.parquet")]
     if figures:
-        written += write_figures(df, finals, out / "figures")
+        # The figure marks the same lowest-MI choice as the tables (same tolerance).
+        lowest = next((r for r in rules or () if r.key == LowestMI.key), None)
+        written += write_figures(df, finals, out / "figures", lowest)
     return written

@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.io import atomic_savefig
 from analysis.results import MI_METHOD, excluded_mask, lam_label, sigma_label
-from analysis.selection import LowestMI, NoCandidateError
+from analysis.selection import LowestMI, NoCandidateError, SelectionRule
 
 PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
                                        ("test_acc", "test accuracy"),
@@ -134,14 +134,16 @@ FAIRNESS_PANELS: tuple[tuple[str, str], ...] = (("test_acc", "test accuracy (hig
                                                 ("eo", "EO gap (lower is fairer)"))
 
 
-def fairness_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K: int) -> Figure:
+def fairness_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K: int,
+                    rule: SelectionRule | None = None) -> Figure:
     """Final test accuracy and EO per lambda (bars: mean, error bars: std over seeds, dots:
     single seeds) for one (benchmark, K) of kept MI-backprop trials; baselines (e.g. the SVM)
-    as dashed lines; the lowest-MI rule's lambda outlined, so its accuracy/fairness trade-off
-    can be read off against the others."""
+    as dashed lines; the lambda `rule` (default LowestMI()) picks outlined, so its
+    accuracy/fairness trade-off can be read off against the others."""
+    rule = LowestMI() if rule is None else rule
     lams = sorted(set(finals["lam"].astype(float)))
     try:
-        chosen: float | None = LowestMI().choose(finals).lam
+        chosen: float | None = rule.choose(finals).lam
     except NoCandidateError:
         chosen = None
     fig = _new_figure(10.0, 3.6)
@@ -167,7 +169,7 @@ def fairness_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K
                            color="0.25", label=f"{method} (mean of {len(vals)})")
         ax.set_xticks(x, [f"{lam:g}" + (" *" if chosen is not None and np.isclose(
             lam, chosen, rtol=0.0, atol=1e-9) else "") for lam in lams])
-        ax.set_xlabel("λ (* = lowest-MI choice, outlined)")
+        ax.set_xlabel(f"λ (* = {rule.name} choice, outlined)")
         ax.set_ylabel(ylabel)
         ax.set_title(ylabel, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
@@ -184,10 +186,12 @@ def fairness_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K
     return fig
 
 
-def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path,
+                  rule: SelectionRule | None = None) -> list[Path]:
     """Write `curves` figures per (benchmark, K), a K-ablation figure per benchmark with
     several K and a `fairness` figure per (benchmark, K) whose trials report `eo`, into
-    `out_dir` (usually RESULTS/figures). Returns the written paths."""
+    `out_dir` (usually RESULTS/figures); the fairness figure marks `rule`'s choice (the
+    tables' lowest-MI rule, so both agree). Returns the written paths."""
     out = Path(out_dir)
     kept_all = finals[~excluded_mask(finals)]
     kept_finals = kept_all
@@ -207,7 +211,7 @@ def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path) -
             for K in sorted(bf["K"].unique()):
                 at_K = bf[bf["K"] == K]
                 if at_K["eo"].notna().any():
-                    fig = fairness_figure(at_K, baselines, bench, int(K))
+                    fig = fairness_figure(at_K, baselines, bench, int(K), rule)
                     written.append(atomic_savefig(fig, out / f"{bench}_K{int(K)}_fairness.png"))
         if bf["K"].nunique() > 1:
             fig = k_ablation_figure(bf, bench)
