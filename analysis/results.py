@@ -1,7 +1,8 @@
 """Read and check `results.parquet`, and reduce it to final-epoch rows per trial.
 
 The contract (DESIGN.md, "Results contract"): one row per trial and epoch. A trial's final row
-is its row with the largest epoch. A trial is *excluded* (diverged or failed) when its `status`
+is its row marked `selected` (a label-free stopping rule's epoch), else its row with the largest
+epoch. A trial is *excluded* (diverged or failed) when its `status`
 starts with "diverged" or "error", or its final `mi` / `train_acc` / `loss_task` is NaN or inf
 (`mi` and `loss_task` are only checked for MI methods, i.e. rows with a lambda, and `loss_task`
 only when the trial recorded it at all). Excluded trials are listed, never averaged or chosen.
@@ -43,6 +44,7 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "acc_eb1": "float",
     "acc_eb2": "float",
     "acc_test": "float",
+    "mi_eval_cond": "float",
     "status": "string",
     "node": "string",
 }
@@ -50,8 +52,8 @@ MI_METHOD = "mi_backprop"
 # The keys that make one selection group (plus train_split when present).
 GROUP_KEYS: tuple[str, ...] = ("benchmark", "K", "method", "sigma")
 # Metrics averaged per lambda when present.
-METRICS: tuple[str, ...] = ("test_acc", "train_acc", "mi", "mi_eval", "eo", "acc_eb1",
-                            "acc_eb2", "acc_test", "loss_task")
+METRICS: tuple[str, ...] = ("test_acc", "train_acc", "mi", "mi_eval", "mi_eval_cond", "eo",
+                            "acc_eb1", "acc_eb2", "acc_test", "loss_task", "epoch")
 LAM_ATOL = 1e-9
 
 
@@ -163,13 +165,23 @@ def _exclusion_reason(trial: pd.DataFrame, final: pd.Series) -> str:
 
 
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per trial: the row with the largest epoch, plus `excluded` (bool) and
-    `reason` (str, empty for kept trials)."""
+    """One row per trial: the row marked `selected` (a label-free stopping rule's epoch),
+    else the row with the largest epoch, plus `excluded` (bool) and `reason` (str, empty for
+    kept trials)."""
     columns = list(df.columns) + ["excluded", "reason"]
     if df.empty:
         return pd.DataFrame(columns=columns)
     ordered = df.sort_values(["trial_id", "epoch"], kind="stable")
-    finals = ordered.groupby("trial_id", sort=True).tail(1).set_index("trial_id", drop=False)
+    if "selected" in ordered.columns:
+        # The row a label-free stopping rule chose (one per trial), else the last one.
+        picked = ordered["selected"].fillna(False).astype(bool)
+        has_pick = picked.groupby(ordered["trial_id"]).transform("any")
+        last = ~ordered.duplicated("trial_id", keep="last")
+        ordered_final = ordered[(picked & has_pick) | (last & ~has_pick)]
+        finals = ordered_final.groupby("trial_id", sort=True).tail(1)
+    else:
+        finals = ordered.groupby("trial_id", sort=True).tail(1)
+    finals = finals.set_index("trial_id", drop=False)
     reasons = {tid: _exclusion_reason(trial, finals.loc[tid])
                for tid, trial in ordered.groupby("trial_id", sort=True)}
     finals = finals.reset_index(drop=True)

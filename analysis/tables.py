@@ -285,11 +285,14 @@ def lambda_sections(finals: pd.DataFrame, bench: str, rules: Sequence[SelectionR
     cells: list[Cell] = []
     parts: list[str] = []
     b = finals[(finals["benchmark"] == bench) & finals["lam"].notna()]
-    extra = [m for m in ("eo", "acc_eb1", "acc_eb2", "acc_test") if m in b.columns
-             and b[m].notna().any()]
+    extra = [m for m in ("mi_eval_cond", "eo", "acc_eb1", "acc_eb2", "acc_test")
+             if m in b.columns and b[m].notna().any()]
+    if "selected" in b.columns and "epoch" in b.columns:
+        extra.append("epoch")  # the reported epoch (a stopping rule may pick an early one)
     metrics = ["test_acc", "train_acc", "mi", "mi_eval", *extra]
     names = {"test_acc": "test acc", "train_acc": "train acc", "mi": "MI (nats)",
-             "mi_eval": "MI, fresh T (nats)", "eo": "EO", "acc_eb1": "acc EB1",
+             "mi_eval": "MI, fresh T (nats)", "mi_eval_cond": "MI beyond y, fresh T (nats)",
+             "epoch": "epoch", "eo": "EO", "acc_eb1": "acc EB1",
              "acc_eb2": "acc EB2", "acc_test": "acc test"}
     oracle = next((r for r in rules if not r.label_free), None)
     for K in sorted(b["K"].unique()):

@@ -2,6 +2,7 @@
 
     python bench/inner_loop.py                                  # digits, K 20,80, batch 128, CPU
     python bench/inner_loop.py --batch-size 1024 --train-size 60000 --K 80
+    python bench/inner_loop.py --K 80 --modes batch --theta-updates separate,joint
     python bench/inner_loop.py --device cuda --batch-size 1024 --train-size 60000 \
         --variants plain,amp,amp+channels_last,amp+compile
 
@@ -130,6 +131,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed blocks per setting")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--theta-updates", default="separate",
+                   help="comma-separated theta updates to time (separate, joint): separate "
+                        "takes two backward passes of g per step (task and MI gradients)")
+    p.add_argument("--mine-ema-rate", type=float, default=None,
+                   help="MINE's moving-average gradient rate (default: plain DV gradient)")
     p.add_argument("--variants", default="plain",
                    help=f"comma-separated option sets: plain or +-joined names of {OPTIONS}")
     args = p.parse_args(argv)
@@ -148,9 +154,13 @@ def main(argv: list[str] | None = None) -> None:
         bench = tiled(bench, args.train_size)
     n_train = len(bench.train)
 
-    def make(name: str, K: int, mode: str, options: list[str], erm: bool = False) -> Setting:
+    updates = args.theta_updates.split(",")
+
+    def make(name: str, K: int, mode: str, options: list[str], erm: bool = False,
+             update: str = "separate") -> Setting:
         cfg = LoopConfig(lam=1.0, K=K, batch_size=args.batch_size, lr=1e-4, mine_lr=1e-4,
-                         inner_z="bank" if mode == "pool" else mode,
+                         inner_z="bank" if mode == "pool" else mode, theta_update=update,
+                         mine_ema_rate=args.mine_ema_rate,
                          bank_refresh=args.bank_refresh,
                          bank_size=args.bank_size if mode == "pool" else None,
                          **{o: True for o in options})
@@ -160,14 +170,16 @@ def main(argv: list[str] | None = None) -> None:
     for variant, options in variants.items():
         tag = "" if variant == "plain" else f" [{variant}]"
         settings.append(make("ERM" + tag, 1, "batch", options, erm=True))
-        for K in [int(k) for k in args.K.split(",")]:
-            for mode in modes:
-                label = f"K={K} {mode}"
-                if mode in ("bank", "pool"):
-                    label += f" R={args.bank_refresh}"
-                if mode == "pool":
-                    label += f" N={args.bank_size}"
-                settings.append(make(label + tag, K, mode, options))
+        for K, mode, update in itertools.product([int(k) for k in args.K.split(",")], modes,
+                                                 updates):
+            label = f"K={K} {mode}"
+            if mode in ("bank", "pool"):
+                label += f" R={args.bank_refresh}"
+            if mode == "pool":
+                label += f" N={args.bank_size}"
+            if len(updates) > 1 or update != "separate":
+                label += f" {update}"
+            settings.append(make(label + tag, K, mode, options, update=update))
     base_erm = settings[0].name
     warmup = {}
     for s in settings:  # warm-up block (first-call allocations, compilation)

@@ -77,6 +77,7 @@ POS_FLOAT = _one(float, _positive)
 NONNEG_FLOAT = _one(float, _nonneg)
 POS_FLOAT_LIST = _list_of(float, _positive)
 NONNEG_INT = _one(int, lambda v: None if v >= 0 else "must be >= 0")
+EMA_RATE = _one(float, lambda v: _finite(v) or (None if 0 <= v <= 1 else "must be in [0, 1]"))
 IMDB_SPLITS = ("EB1", "EB2")
 
 
@@ -92,6 +93,13 @@ STORAGE_ENV = "UNBIASED_STORAGE_PATH"
 SCHEDULERS = ("fifo", "asha")
 # Values a preset may leave out.
 _FALLBACKS = {"device": "auto", "scheduler": "fifo"}
+# Loop options every driver passes to its trials when the preset or a flag sets them (each
+# driver adds its own keys; a flag parsed here is never dropped on the way to a trial).
+COMMON_LOOP_KEYS = ("epochs", "batch_size", "lr", "mine_lr", "mine_optimizer", "inner_z",
+                    "root", "device", "mi_eval_steps", "bank_refresh", "bank_size", "amp",
+                    "compile", "channels_last", "theta_update", "mine_ema_rate",
+                    "mine_hidden_layers", "rescale_mi_grad", "select_epoch")
+SELECT_EPOCH = ("last", "lowest_mi")
 
 
 @dataclass
@@ -120,7 +128,10 @@ _OVERRIDES = {
     "inner_z": "inner_z", "mine_optimizer": "mine_optimizer", "source": "source",
     "device": "device", "mi_eval_steps": "mi_eval_steps", "bank_refresh": "bank_refresh",
     "bank_size": "bank_size", "amp": "amp", "compile": "compile",
-    "channels_last": "channels_last",
+    "channels_last": "channels_last", "theta_update": "theta_update",
+    "mine_ema_rate": "mine_ema_rate", "mine_hidden_layers": "mine_hidden_layers",
+    "rescale_mi_grad": "rescale_mi_grad", "select_epoch": "select_epoch",
+    "z_relu": "z_relu",
     "scheduler": "scheduler", "samples": "samples", "lam_range": "lam_range",
     # IMDB only (build_parser(imdb=True))
     "train_split": "train_split", "weights": "weights", "arch": "arch",
@@ -185,6 +196,24 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                    help="torch.compile the feature extractor and T (off by default)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels-last memory format for conv feature extractors")
+    p.add_argument("--theta-update", choices=["separate", "joint"],
+                   help="separate: the task gradient through Adam(lr) and the rescaled MI "
+                        "gradient through a second Adam(lr * lam), as the authors' code; "
+                        "joint: one Adam step on their sum (fades on full MNIST, README)")
+    p.add_argument("--mine-ema-rate", type=EMA_RATE,
+                   help="MINE's bias-corrected gradient: moving-average rate of E[exp T] "
+                        "(0 = the plain DV gradient)")
+    p.add_argument("--mine-hidden-layers", type=POS_INT,
+                   help="hidden layers of the statistics network T")
+    p.add_argument("--rescale-mi-grad", action=argparse.BooleanOptionalAction, default=None,
+                   help="scale theta's MI gradient per tensor to norm min(|g_task|, |g_MI|)")
+    p.add_argument("--select-epoch", choices=list(SELECT_EPOCH),
+                   help="which epoch a trial reports: last, or lowest_mi (a label-free "
+                        "stopping rule: mi_eval every epoch, the lowest among epochs that fit "
+                        "the training data; its row gets selected = True)")
+    if uses_sigma:
+        p.add_argument("--z-relu", action=argparse.BooleanOptionalAction, default=None,
+                       help="z = ReLU(fc2) as in the authors' digit code (default: linear z)")
     p.add_argument("--mi-eval-steps", type=POS_INT,
                    help="training steps of the fresh statistics network behind mi_eval")
     p.add_argument("--root", help="data root (downloads land here; offline files are read "
@@ -268,6 +297,8 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     if lam_range is not None and (len(lam_range) != 2 or lam_range[0] >= lam_range[1]):
         parser.error(f"argument --lam-range: expected LOW,HIGH with LOW < HIGH, got "
                      f"{_show(lam_range)}")
+    if values.get("mine_ema_rate") == 0:
+        values["mine_ema_rate"] = None  # 0 on the command line: the plain DV gradient
     if isinstance(values.get("K"), int):
         values["K"] = [values["K"]]
     gpus = float(values.get("gpus_per_trial", 0))

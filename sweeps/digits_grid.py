@@ -15,7 +15,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeps.cli import SweepArgs, build_parser, resolve  # noqa: E402
+from sweeps.cli import COMMON_LOOP_KEYS, SweepArgs, build_parser, resolve  # noqa: E402
 from sweeps.presets import DIGITS  # noqa: E402
 from sweeps.runner import (  # noqa: E402
     SweepError,
@@ -30,9 +30,7 @@ from sweeps.runner import (  # noqa: E402
 from unbiased.benchmarks.colored_mnist import GreyDigits  # noqa: E402
 
 EXPERIMENT = "digits_grid"
-LOOP_KEYS = ("epochs", "batch_size", "lr", "mine_lr", "mine_optimizer", "inner_z", "source",
-             "root", "device", "mi_eval_steps", "bank_refresh", "bank_size", "amp", "compile",
-             "channels_last")
+LOOP_KEYS = (*COMMON_LOOP_KEYS, "source", "z_relu")
 
 
 def param_space(values: dict) -> dict:

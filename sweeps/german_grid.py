@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import pandas as pd  # noqa: E402
 
 from sweeps.baselines import SvmResult, svm_baseline  # noqa: E402
-from sweeps.cli import build_parser, resolve  # noqa: E402
+from sweeps.cli import COMMON_LOOP_KEYS, build_parser, resolve  # noqa: E402
 from sweeps.presets import GERMAN  # noqa: E402
 from sweeps.runner import (  # noqa: E402
     SweepError,
@@ -38,9 +38,7 @@ from sweeps.runner import (  # noqa: E402
 EXPERIMENT = "german_grid"
 BENCHMARK = "german"
 SVM_METHOD = "svm"
-LOOP_KEYS = ("epochs", "batch_size", "lr", "mine_lr", "mine_optimizer", "inner_z",
-             "mine_hidden", "mine_hidden_layers", "root", "device", "mi_eval_steps",
-             "bank_refresh", "bank_size", "amp", "compile")
+LOOP_KEYS = (*COMMON_LOOP_KEYS, "mine_hidden")
 
 
 def param_space(values: dict) -> dict:

@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import pandas as pd  # noqa: E402
 
-from sweeps.cli import build_parser, resolve  # noqa: E402
+from sweeps.cli import COMMON_LOOP_KEYS, build_parser, resolve  # noqa: E402
 from sweeps.presets import IMDB  # noqa: E402
 from sweeps.runner import (  # noqa: E402
     SweepError,
@@ -37,9 +37,8 @@ from sweeps.runner import (  # noqa: E402
 
 EXPERIMENT = "imdb_grid"
 BENCHMARK = "imdb"
-LOOP_KEYS = ("epochs", "batch_size", "lr", "mine_lr", "mine_optimizer", "inner_z",
-             "bank_refresh", "eval_batch_size", "arch", "image_size", "train_subset",
-             "max_eval", "num_workers", "root", "device", "mi_eval_steps")
+LOOP_KEYS = (*COMMON_LOOP_KEYS, "eval_batch_size", "arch", "image_size", "train_subset",
+             "max_eval", "num_workers")
 
 
 def param_space(values: dict, weights_path: str | None) -> dict:

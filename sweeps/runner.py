@@ -25,7 +25,7 @@ from sweeps.cli import SweepArgs
 CONTRACT_COLUMNS = [
     "experiment", "trial_id", "benchmark", "method", "sigma", "lam", "K", "seed", "epoch",
     "mi", "train_acc", "test_acc", "time_s", "mi_eval", "loss_task", "mi_batch", "epochs",
-    "start_epoch", "node", "status",
+    "start_epoch", "node", "status", "selected",
 ]
 METHOD = "mi_backprop"  # Algorithm 1 at every lambda (lam = 0 is its ERM end point)
 EXPERIMENT_FILE = "experiment.json"
@@ -112,7 +112,7 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int):
 
         def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
             fields = [f"epoch {result.get('epoch')}/{trial.config.get('epochs')}"]
-            for key in ("train_acc", "test_acc", "mi", "mi_eval", "eo"):
+            for key in ("train_acc", "test_acc", "mi", "mi_eval", "mi_eval_cond", "eo"):
                 value = result.get(key)
                 if isinstance(value, float) and not math.isnan(value):
                     fields.append(f"{key} {value:.3f}")
@@ -227,6 +227,7 @@ def results_frame(result_grid, experiment: str, benchmark: str,
             df["status"] = str(df["diverged"].dropna().iloc[-1])
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
+    df["selected"] = selected_rows(df)
     df["experiment"] = experiment
     df["benchmark"] = benchmark
     df["method"] = METHOD
@@ -243,7 +244,18 @@ def results_frame(result_grid, experiment: str, benchmark: str,
     return df.sort_values(["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
 
 
-_KEEP_EXTRA = {"eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config"}
+_KEEP_EXTRA = {"eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config",
+               "mi_eval_cond", "selected_epoch", "selected"}
+
+
+def selected_rows(df: pd.DataFrame) -> pd.Series:
+    """One True per trial: the epoch the trial reported as `selected_epoch` (its label-free
+    stopping rule's choice, or its last epoch); a trial that never got there (diverged,
+    stopped early) has its last row marked."""
+    chosen = (df.groupby("trial_id")["selected_epoch"].transform("max")
+              if "selected_epoch" in df.columns else pd.Series(math.nan, index=df.index))
+    last = df.groupby("trial_id")["epoch"].transform("max")
+    return df["epoch"].eq(chosen.fillna(last)).astype(bool)
 STOPPED_EARLY = "stopped early (scheduler)"
 
 

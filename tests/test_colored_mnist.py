@@ -83,3 +83,50 @@ def test_unreadable_subset_is_one_line_error(tmp_path):
         cm.load_mnist5k(bad)
     with pytest.raises(DataError, match="not found"):
         cm.load_mnist5k(tmp_path / "missing.csv.gz")
+
+
+def _write_idx(path, data: torch.Tensor) -> None:
+    """An IDX file as MNIST ships it: magic (0x0801 labels / 0x0803 images), dims, bytes."""
+    import struct
+
+    dims = list(data.shape)
+    magic = 0x0800 + len(dims)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack(">I", magic))
+        for d in dims:
+            fh.write(struct.pack(">I", d))
+        fh.write(data.to(torch.uint8).numpy().tobytes())
+
+
+def _tiny_mnist(root, n_train: int = 20, n_test: int = 10):
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    gen = torch.Generator().manual_seed(0)
+    for name, n in (("train", n_train), ("t10k", n_test)):
+        _write_idx(raw / f"{name}-images-idx3-ubyte",
+                   torch.randint(0, 256, (n, 28, 28), generator=gen))
+        _write_idx(raw / f"{name}-labels-idx1-ubyte", torch.arange(n) % 10)
+
+
+def test_full_mnist_is_read_from_root_with_no_download_attempt(tmp_path, monkeypatch):
+    from torchvision.datasets import MNIST
+
+    _tiny_mnist(tmp_path)
+
+    def no_network(self):
+        raise AssertionError("download attempted although the files are under --root")
+
+    monkeypatch.setattr(MNIST, "download", no_network)
+    # download=True is what the drivers pass: with the files present it must not be used.
+    d = cm.load_grey_digits("mnist", tmp_path, download=True)
+    assert d.train_x.shape == (20, 28, 28) and d.test_x.shape == (10, 28, 28)
+    assert d.train_y.tolist() == [i % 10 for i in range(20)]
+    assert float(d.train_x.max()) <= 1.0
+
+
+def test_missing_full_mnist_without_download_says_where_to_put_the_files(tmp_path):
+    with pytest.raises(DataError) as err:
+        cm.load_grey_digits("mnist", tmp_path, download=False)
+    message = str(err.value)
+    assert "\n" not in message and str(tmp_path / "MNIST" / "raw") in message
+    assert "train-images-idx3-ubyte" in message

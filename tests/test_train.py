@@ -132,3 +132,55 @@ def test_stale_bank_differs_from_fresh():
         algo = Algorithm1(bench, cfg, seed=0)
         mis.append(algo.run_epoch().mi_batch)
     assert mis[0] != pytest.approx(mis[1], abs=1e-6)
+
+
+@pytest.mark.parametrize("theta_update", ["separate", "joint"])
+def test_theta_update_separate_gives_the_mi_gradient_an_adam_of_its_own(theta_update):
+    # One outer step (one batch): Adam's first step moves each element by ~lr * sign(grad).
+    # separate: task Adam(lr) + MI Adam(lr * lam), so elements where both agree move by
+    # ~lr * (1 + lam); joint: one Adam step on the sum moves every element by at most ~lr.
+    bench = biased_tabular(n=256)
+    lr, lam = 1e-3, 2.0
+    cfg = LoopConfig(lam=lam, K=2, batch_size=256, lr=lr, mine_lr=1e-2, inner_z="batch",
+                     theta_update=theta_update)
+    algo = Algorithm1(bench, cfg, seed=0)
+    before = [p.detach().clone() for p in algo.g.parameters()]
+    algo.run_epoch()
+    moved = max(float((p.detach() - b).abs().max())
+                for p, b in zip(algo.g.parameters(), before, strict=True))
+    if theta_update == "separate":
+        assert algo.mi_opt is not None
+        assert moved > 1.5 * lr and moved <= lr * (1 + lam) * 1.001
+    else:
+        assert algo.mi_opt is None
+        assert moved <= lr * 1.001
+
+
+def test_theta_update_is_validated_and_irrelevant_at_lam_zero():
+    with pytest.raises(ValueError, match="theta_update"):
+        LoopConfig(theta_update="both").validate()
+    bench = biased_tabular(n=300)
+    runs = []
+    for mode in ("separate", "joint"):
+        algo = Algorithm1(bench, LoopConfig(lam=0.0, K=2, batch_size=100, lr=1e-2,
+                                            inner_z="batch", theta_update=mode), seed=0)
+        algo.run_epoch()
+        runs.append(_params(algo))
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_conditional_mi_eval_sees_colour_beyond_the_label_only():
+    # z = one-hot label: it knows c only through y, so I(z; c | y) ~ 0 while the plain bound
+    # reads about I(y; c); z = [label, c] carries c beyond y and scores high on both.
+    gen = torch.Generator().manual_seed(0)
+    n = 4000
+    y = torch.randint(4, (n,), generator=gen)
+    flip = torch.rand(n, generator=gen) < 0.2
+    c_idx = torch.where(flip, torch.randint(4, (n,), generator=gen), y)
+    c = torch.nn.functional.one_hot(c_idx, 4).float()
+    z_label = torch.nn.functional.one_hot(y, 4).float()
+    plain = mi_eval(z_label, c, steps=400, given=None)
+    cond = mi_eval(z_label, c, steps=400, given=y)
+    both = mi_eval(torch.cat([z_label, c], 1), c, steps=400, given=y)
+    assert plain > 0.5 and abs(cond) < 0.05 and both > 0.2

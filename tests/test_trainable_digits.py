@@ -63,3 +63,40 @@ def test_without_restarts_the_injected_failure_is_an_error(ray_local, tiny_digit
     assert result.error is not None
     assert "injected failure at epoch 1" in str(result.error)
 
+
+
+def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(ray_local, tiny_digits,
+                                                                   tmp_path):
+    import torch
+
+    from sweeps.runner import selected_rows
+    from unbiased.stopping import EpochRecord, pick_epoch
+
+    result = _fit(tmp_path, tiny_digits, _config(epochs=3, select_epoch="lowest_mi"))
+    assert result.error is None
+    df = result.metrics_dataframe
+    # mi_eval (and its label-conditional twin) every epoch, so every epoch is a candidate
+    assert df["mi_eval"].notna().all() and df["mi_eval_cond"].notna().all()
+    chosen = int(df["selected_epoch"].dropna().iloc[-1])
+    records = [EpochRecord(int(r.epoch), float(r.train_acc), float(r.mi_eval))
+               for r in df.itertuples()]
+    assert chosen == pick_epoch(records)
+    df = df.assign(trial_id="t")
+    marked = selected_rows(df)
+    assert marked.sum() == 1 and int(df.loc[marked, "epoch"].iloc[0]) == chosen
+    # the final checkpoint holds the chosen epoch's weights
+    with result.checkpoint.as_directory() as d:
+        state = torch.load(f"{d}/state.pt", weights_only=False)
+    assert state["selected"]["epoch"] == chosen
+    assert set(state["selected"]) == {"epoch", "g", "f"}
+    if chosen == 3:
+        for k, v in state["g"].items():
+            assert torch.equal(v, state["selected"]["g"][k])
+
+
+def test_last_epoch_is_selected_by_default(ray_local, tiny_digits, tmp_path):
+    from sweeps.runner import selected_rows
+
+    result = _fit(tmp_path, tiny_digits, _config())
+    df = result.metrics_dataframe.assign(trial_id="t")
+    assert selected_rows(df).tolist() == [False, True]

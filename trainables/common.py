@@ -3,7 +3,11 @@
 `run_trial` trains Algorithm 1 for `epochs` epochs on a built benchmark, reports once per epoch
 with a checkpoint, and on a restart continues from `tune.get_checkpoint()` at the next epoch
 with the model, MINE, optimiser and RNG states it had. The final report also carries
-`mi_eval`: MI measured by a fresh statistics network trained on the frozen training features.
+`mi_eval`: MI measured by a fresh statistics network trained on the frozen training features,
+`mi_eval_cond` (the same with c shuffled within each label) and `selected_epoch`: the last
+epoch, or with `select_epoch = "lowest_mi"` the epoch the label-free lowest-MI rule picks over
+the run (mi_eval is then measured every epoch; the final checkpoint holds that epoch's g and f
+under "selected").
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 from ray import tune
 
 from unbiased.data import Benchmark
+from unbiased.stopping import SELECT_EPOCH_RULES, EpochRecord, could_be_picked, pick_epoch
 from unbiased.train import Algorithm1, LoopConfig, mi_eval
 
 CHECKPOINT_FILE = "state.pt"
@@ -64,6 +69,10 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     device = pick_device(str(config.get("device", "auto")))
     epochs = int(config["epochs"])
     seed = int(config["seed"])
+    select = str(config.get("select_epoch", "last"))
+    if select not in SELECT_EPOCH_RULES:
+        raise ValueError(f"select_epoch must be one of {SELECT_EPOCH_RULES}, got {select!r}")
+    mi_steps = int(config.get("mi_eval_steps", 2000))
     bench = build(config).to(device)
     algo = Algorithm1(bench, loop_config(config), seed=seed, device=device)
 
@@ -74,6 +83,10 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             state = torch.load(os.path.join(ckpt_dir, CHECKPOINT_FILE), map_location=device,
                                weights_only=False)
         algo.load_state_dict(state)
+    # lowest_mi: every epoch's (train_acc, mi_eval), and the weights of the epochs the rule
+    # could still pick (a small Pareto set), kept in the checkpoint so a restart loses nothing.
+    records = [EpochRecord(**r) for r in (state.get("records", []) if resumed else [])]
+    kept = dict(state.get("kept", {})) if resumed else {}
     start_epoch = algo.epoch + 1
     node = socket.gethostname()
     # Hostnames repeat across Ray nodes on one machine (and in some clusters); the node id not.
@@ -96,9 +109,27 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             metrics["diverged"] = diverged
             tune.report(metrics)
             return
+        if epoch == epochs or select == "lowest_mi":
+            z = algo.last_train_z if algo.last_train_z is not None else algo.train_features()
+            metrics["mi_eval"] = mi_eval(z, bench.train.c, seed=seed, steps=mi_steps)
+            # Colour beyond the label: c shuffled within each class (0 for a z that encodes
+            # y alone; plain mi_eval then still reads about I(y; c)).
+            metrics["mi_eval_cond"] = mi_eval(z, bench.train.c, seed=seed, steps=mi_steps,
+                                              given=bench.train.y)
+        state = algo.state_dict()
+        if select == "lowest_mi":
+            records.append(EpochRecord(epoch, float(metrics["train_acc"]),
+                                       float(metrics["mi_eval"])))
+            kept[epoch] = {"g": state["g"], "f": state["f"]}
+            keep = could_be_picked(records)
+            kept = {e: w for e, w in kept.items() if e in keep}
+            state["records"] = [vars(r) for r in records]
+            state["kept"] = kept
         if epoch == epochs:
-            metrics["mi_eval"] = mi_eval(algo.train_features(), bench.train.c, seed=seed,
-                                         steps=int(config.get("mi_eval_steps", 2000)))
+            chosen = pick_epoch(records) if select == "lowest_mi" else epoch
+            metrics["selected_epoch"] = chosen
+            if select == "lowest_mi":
+                state["selected"] = {"epoch": chosen, **kept[chosen]}
         with tempfile.TemporaryDirectory() as tmp:
-            torch.save(algo.state_dict(), os.path.join(tmp, CHECKPOINT_FILE))
+            torch.save(state, os.path.join(tmp, CHECKPOINT_FILE))
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))

@@ -20,6 +20,7 @@ def build_digits(config: dict, digits: GreyDigits | None = None) -> colored_mnis
     # Coloured on the training device: run_trial's .to(device) is then a no-op.
     return colored_mnist.build(digits, float(config["sigma"]), int(config["seed"]),
                                z_dim=int(config.get("z_dim", 64)),
+                               z_relu=bool(config.get("z_relu", False)),
                                device=pick_device(str(config.get("device", "auto"))))
 
 

@@ -42,6 +42,23 @@ def shuffled(c: torch.Tensor, generator: torch.Generator | None = None) -> torch
     return c[permutation(c.shape[0], generator, c.device)]
 
 
+def shuffled_within(c: torch.Tensor, groups: torch.Tensor,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+    """c with rows permuted only among rows of the same group (e.g. the same label y):
+    paired with z, samples of p(z, y) p(c | y), the marginal of the conditional MI I(z; c | y)."""
+    where = generator.device if generator is not None else torch.device("cpu")
+    n = len(groups)
+    # Two random orders that both list the rows grouped by label: position i holds a row of
+    # the same group in each, so row order_a[i] takes the c of row order_b[i].
+    keys = [groups.to(where).double() + torch.rand(n, generator=generator, device=where,
+                                                   dtype=torch.float64) * 0.5
+            for _ in range(2)]
+    order_a, order_b = (k.argsort().to(c.device) for k in keys)
+    out = torch.empty_like(c)
+    out[order_a] = c[order_b]
+    return out
+
+
 def permutation(n: int, generator: torch.Generator | None, device: torch.device
                 ) -> torch.Tensor:
     """A random permutation of range(n) on `device`, drawn on the generator's own device (a
@@ -77,11 +94,15 @@ class MINE(nn.Module):
         self.register_buffer("log_ema", torch.tensor(float("nan")))
 
     def scores(self, z: torch.Tensor, c: torch.Tensor,
-               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """T on the joint rows and on the marginal rows (z, c_marg); c_marg defaults to c
+        shuffled across the batch."""
         # One pass of T over the joint and the shuffled rows stacked: half the kernel calls
         # of two passes (the K inner steps are dominated by per-call overhead).
         n = c.shape[0]
-        t = self.T(torch.cat([z, z]), torch.cat([c, shuffled(c, generator)]))
+        c_marg = shuffled(c, generator) if c_marg is None else c_marg
+        t = self.T(torch.cat([z, z]), torch.cat([c, c_marg]))
         return t[:n], t[n:]
 
     def lower_bound(self, z: torch.Tensor, c: torch.Tensor,
@@ -90,9 +111,10 @@ class MINE(nn.Module):
         return dv_bound(t_joint, t_marg)
 
     def phi_loss(self, z: torch.Tensor, c: torch.Tensor,
-                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss to minimise over phi, the DV estimate of this batch, detached)."""
-        t_joint, t_marg = self.scores(z, c, generator)
+        t_joint, t_marg = self.scores(z, c, generator, c_marg)
         estimate = dv_bound(t_joint, t_marg)
         if self.ema_rate is None:
             return -estimate, estimate.detach()
@@ -116,7 +138,8 @@ def gaussian_mi_nats(rho: float, dims: int = 1) -> float:
 
 @torch.no_grad()
 def estimate_mi(mine: MINE, z: torch.Tensor, c: torch.Tensor, batch_size: int | None = None,
-                shuffles: int = 1, generator: torch.Generator | None = None) -> float:
+                shuffles: int = 1, generator: torch.Generator | None = None,
+                given: torch.Tensor | None = None) -> float:
     """DV estimate over a whole set with the current T (eval mode, no training).
 
     With `batch_size` set, the set is cut into random batches of that size and the batch DV
@@ -130,11 +153,14 @@ def estimate_mi(mine: MINE, z: torch.Tensor, c: torch.Tensor, batch_size: int | 
     for _ in range(shuffles):
         perm = permutation(len(z), generator, z.device)
         z, c = z[perm], c[perm]
+        given = None if given is None else given[perm]
         for i in range(0, len(z), size):
             zb, cb = z[i:i + size], c[i:i + size]
             if len(zb) < 2:
                 continue
-            values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, shuffled(cb, generator)))))
+            cm = (shuffled(cb, generator) if given is None
+                  else shuffled_within(cb, given[i:i + size], generator))
+            values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, cm))))
             weights.append(len(zb))
     mine.train(was_training)
     return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)

