@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--theta-updates", default="separate",
                    help="comma-separated theta updates to time (separate, joint): separate "
                         "takes two backward passes of g per step (task and MI gradients)")
+    p.add_argument("--width", type=int, default=64,
+                   help="LeNet conv channels (64 the paper's, 32 the cpu preset's)")
     p.add_argument("--mine-ema-rate", type=float, default=None,
                    help="MINE's moving-average gradient rate (default: plain DV gradient)")
     p.add_argument("--variants", default="plain",
@@ -149,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: --modes must come from {MODES}")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    bench = colored_mnist.build(colored_mnist.load_mnist5k(), 0.02, seed=0).to(device)
+    bench = colored_mnist.build(colored_mnist.load_mnist5k(), 0.02, seed=0,
+                                width=args.width).to(device)
     if args.train_size:
         bench = tiled(bench, args.train_size)
     n_train = len(bench.train)
@@ -194,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
             ratios[s.name].append(times[s.name] / times[base_erm])
 
     steps_60k = -(-60_000 // args.batch_size)
-    print(f"device {device}, threads {args.threads}, batch {args.batch_size}, train rows "
+    print(f"device {device}, threads {args.threads}, batch {args.batch_size}, width "
+          f"{args.width}, MINE ema {args.mine_ema_rate}, train rows "
           f"{n_train}, {args.repeats} repeats x {args.steps} steps, "
           f"{time.strftime('%Y-%m-%d')}")
     print("| setting | ms/step | x ERM | x ERM range | s/epoch 60k | warm-up block s |")

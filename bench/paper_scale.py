@@ -44,6 +44,9 @@ def main() -> None:
     p.add_argument("--mine-hidden-layers", type=int, default=2)
     p.add_argument("--no-rescale", action="store_true")
     p.add_argument("--z-relu", action="store_true")
+    p.add_argument("--width", type=int, default=64, help="LeNet conv channels")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--mi-eval-every", type=int, default=1)
     p.add_argument("--mi-eval-steps", type=int, default=1500)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tag", default="")
@@ -51,20 +54,21 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     digits = load_grey_digits(a.source, a.root)
-    bench = build(digits, a.sigma, a.seed, z_relu=a.z_relu)
+    bench = build(digits, a.sigma, a.seed, z_relu=a.z_relu, width=a.width)
     cfg = LoopConfig(lam=a.lam, K=a.K, batch_size=a.batch_size, lr=a.lr, mine_lr=a.mine_lr,
                      inner_z=a.inner_z, theta_update=a.theta_update,
                      mine_ema_rate=a.mine_ema_rate, mine_hidden_layers=a.mine_hidden_layers,
-                     rescale_mi_grad=not a.no_rescale)
+                     rescale_mi_grad=not a.no_rescale, channels_last=a.channels_last)
     algo = Algorithm1(bench, cfg, seed=a.seed)
     for epoch in range(1, a.epochs + 1):
         stats = algo.run_epoch()
         m = algo.evaluate()
         t0 = time.perf_counter()
-        z = algo.train_features()
-        m["mi_eval"] = mi_eval(z, bench.train.c, seed=a.seed, steps=a.mi_eval_steps)
-        m["mi_eval_cond"] = mi_eval(z, bench.train.c, seed=a.seed, steps=a.mi_eval_steps,
-                                    given=bench.train.y)
+        z = algo.last_train_z
+        if epoch % a.mi_eval_every == 0 or epoch == a.epochs:
+            m["mi_eval"] = mi_eval(z, bench.train.c, seed=a.seed, steps=a.mi_eval_steps)
+            m["mi_eval_cond"] = mi_eval(z, bench.train.c, seed=a.seed, steps=a.mi_eval_steps,
+                                        given=bench.train.y)
         row = {"tag": a.tag, "epoch": epoch, "time_s": round(stats.time_s, 1),
                "eval_s": round(time.perf_counter() - t0, 1), **vars(a),
                **{k: round(v, 4) for k, v in m.items()}}

@@ -10,13 +10,16 @@ class LeNetFeatures(nn.Module):
     FC z_dim (the authors' code uses z of 64). Input: 3x28x28. `z_relu`: z = ReLU(FC z_dim),
     as in the authors' code (slim's default activation); off = a linear z."""
 
-    def __init__(self, z_dim: int = 64, in_channels: int = 3, z_relu: bool = False):
+    def __init__(self, z_dim: int = 64, in_channels: int = 3, z_relu: bool = False,
+                 width: int = 64):
         super().__init__()
+        # width: channels of both convolutions (the paper's 64; the `cpu` preset's 32 costs
+        # about a third of the compute, bench/RESULTS.md).
         self.conv = nn.Sequential(
-            nn.Conv2d(in_channels, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(64, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(in_channels, width, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(width, width, 5), nn.ReLU(), nn.MaxPool2d(2),
         )
-        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(64 * 4 * 4, 512), nn.ReLU(),
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(width * 4 * 4, 512), nn.ReLU(),
                                 nn.Linear(512, z_dim), *([nn.ReLU()] if z_relu else []))
         self.z_dim = z_dim
 

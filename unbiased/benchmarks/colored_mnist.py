@@ -177,7 +177,8 @@ def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor
 
 
 def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
-          device: torch.device | str | None = None, z_relu: bool = False) -> Benchmark:
+          device: torch.device | str | None = None, z_relu: bool = False,
+          width: int = 64) -> Benchmark:
     """The coloured benchmark for one (sigma, seed), built on `device` (default: where the
     grey digits are). The same tensors on every device: colouring is exact arithmetic."""
     if not 0 < sigma < 1:
@@ -188,6 +189,6 @@ def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
     test = make_split(digits.test_x, digits.test_y, test_classes, sigma, gen, device)
     return Benchmark(
         name="digits", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
-        make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu), z_dim=z_dim, c_dim=C_DIM,
+        make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu, width=width), z_dim=z_dim, c_dim=C_DIM,
         info={"source": digits.source, "sigma": sigma, "n_train": len(train),
               "n_test": len(test)})
