@@ -45,6 +45,7 @@ def main() -> None:
     p.add_argument("--no-rescale", action="store_true")
     p.add_argument("--z-relu", action="store_true")
     p.add_argument("--width", type=int, default=64, help="LeNet conv channels")
+    p.add_argument("--palette", default="separated")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--mi-eval-every", type=int, default=1)
     p.add_argument("--mi-eval-steps", type=int, default=1500)
@@ -54,7 +55,8 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     digits = load_grey_digits(a.source, a.root)
-    bench = build(digits, a.sigma, a.seed, z_relu=a.z_relu, width=a.width)
+    bench = build(digits, a.sigma, a.seed, z_relu=a.z_relu, width=a.width,
+                  palette=a.palette)
     cfg = LoopConfig(lam=a.lam, K=a.K, batch_size=a.batch_size, lr=a.lr, mine_lr=a.mine_lr,
                      inner_z=a.inner_z, theta_update=a.theta_update,
                      mine_ema_rate=a.mine_ema_rate, mine_hidden_layers=a.mine_hidden_layers,

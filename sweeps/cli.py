@@ -131,7 +131,7 @@ _OVERRIDES = {
     "channels_last": "channels_last", "theta_update": "theta_update",
     "mine_ema_rate": "mine_ema_rate", "mine_hidden_layers": "mine_hidden_layers",
     "rescale_mi_grad": "rescale_mi_grad", "select_epoch": "select_epoch",
-    "z_relu": "z_relu", "width": "width",
+    "z_relu": "z_relu", "width": "width", "palette": "palette",
     "scheduler": "scheduler", "samples": "samples", "lam_range": "lam_range",
     # IMDB only (build_parser(imdb=True))
     "train_split": "train_split", "weights": "weights", "arch": "arch",
@@ -216,6 +216,9 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                        help="z = ReLU(fc2) as in the authors' digit code (default: linear z)")
         p.add_argument("--width", type=POS_INT,
                        help="channels of the LeNet's two convolutions (paper: 64)")
+        p.add_argument("--palette", choices=["separated", "distinct"],
+                       help="class colours: separated (default; every pair >= 0.5 apart in "
+                            "some channel) or distinct (closer pairs, a weaker shortcut)")
     p.add_argument("--mi-eval-steps", type=POS_INT,
                    help="training steps of the fresh statistics network behind mi_eval")
     p.add_argument("--root", help="data root (downloads land here; offline files are read "

@@ -30,7 +30,7 @@ from sweeps.runner import (  # noqa: E402
 from unbiased.benchmarks.colored_mnist import GreyDigits  # noqa: E402
 
 EXPERIMENT = "digits_grid"
-LOOP_KEYS = (*COMMON_LOOP_KEYS, "source", "z_relu", "width")
+LOOP_KEYS = (*COMMON_LOOP_KEYS, "source", "z_relu", "width", "palette")
 
 
 def param_space(values: dict) -> dict:

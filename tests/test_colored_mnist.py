@@ -130,3 +130,15 @@ def test_missing_full_mnist_without_download_says_where_to_put_the_files(tmp_pat
     message = str(err.value)
     assert "\n" not in message and str(tmp_path / "MNIST" / "raw") in message
     assert "train-images-idx3-ubyte" in message
+
+
+def test_palette_sets_the_class_colours_and_is_checked(grey_digits):
+    bench = cm.build(grey_digits, 0.02, seed=0, palette="distinct")
+    colours = bench.train.x.amax(dim=(2, 3))
+    nearest = torch.cdist(colours, cm.DISTINCT_COLOURS).argmin(dim=1)
+    assert (nearest == bench.train.y).float().mean() > 0.8  # noise moves some across
+    default = cm.build(grey_digits, 0.02, seed=0)
+    assert not torch.equal(default.train.x, bench.train.x)
+    assert torch.equal(default.train.y, bench.train.y)
+    with pytest.raises(ValueError, match="palette"):
+        cm.build(grey_digits, 0.02, seed=0, palette="rainbow")

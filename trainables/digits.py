@@ -22,12 +22,13 @@ def build_digits(config: dict, digits: GreyDigits | None = None) -> colored_mnis
                                z_dim=int(config.get("z_dim", 64)),
                                z_relu=bool(config.get("z_relu", False)),
                                width=int(config.get("width", 64)),
+                               palette=str(config.get("palette", "separated")),
                                device=pick_device(str(config.get("device", "auto"))))
 
 
 def train_digits(config: dict, digits: GreyDigits | None = None) -> None:
     """Config keys: sigma, lam, K, seed, epochs, batch_size, lr, mine_lr, mine_optimizer,
     inner_z, rescale_mi_grad, mine_ema_rate, theta_update, select_epoch, z_dim, z_relu,
-    width, source, root, download, device,
+    width, palette, source, root, download, device,
     num_threads, mi_eval_steps; fail_once_at_epoch (tests only)."""
     run_trial(config, lambda cfg: build_digits(cfg, digits))

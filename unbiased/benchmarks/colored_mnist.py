@@ -55,6 +55,18 @@ CLASS_COLOURS = torch.tensor([
     [0.90, 0.90, 0.90],  # 9 white
 ])
 
+# An alternative palette with closer colours, for measuring how much the palette sets the
+# difficulty (Kim et al. published theirs only inside their data files): the first ten of
+# Trubetskoy's "20 distinct colours" (as one public reproduction of Kim's protocol uses), each
+# scaled so its largest channel is 1. Several pairs are much closer than in CLASS_COLOURS
+# (yellow/cream, blue/navy, red/orange), so noise makes colour a weaker shortcut.
+DISTINCT_COLOURS = torch.tensor([
+    [60, 180, 75], [255, 255, 25], [0, 130, 200], [245, 130, 48], [70, 240, 240],
+    [240, 50, 230], [230, 25, 75], [0, 0, 128], [220, 190, 255], [255, 250, 200],
+], dtype=torch.float32)
+DISTINCT_COLOURS = DISTINCT_COLOURS / DISTINCT_COLOURS.amax(dim=1, keepdim=True)
+PALETTES: dict[str, torch.Tensor] = {"separated": CLASS_COLOURS, "distinct": DISTINCT_COLOURS}
+
 MNIST5K_TRAIN_PER_CLASS = 400
 
 
@@ -157,17 +169,19 @@ def colourise(grey: torch.Tensor, colours: torch.Tensor) -> torch.Tensor:
     return (grey.unsqueeze(1) * colours[:, :, None, None]).clamp_(0, 1)
 
 
-def _noisy_colours(classes: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
+def _noisy_colours(classes: torch.Tensor, sigma: float, gen: torch.Generator,
+                   palette: torch.Tensor = CLASS_COLOURS) -> torch.Tensor:
     noise = torch.randn(len(classes), 3, generator=gen) * float(np.sqrt(sigma))
-    return (CLASS_COLOURS[classes] + noise).clamp(0, 1)
+    return (palette[classes] + noise).clamp(0, 1)
 
 
 def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor, sigma: float,
-               gen: torch.Generator, device: torch.device | str | None = None) -> TensorSplit:
+               gen: torch.Generator, device: torch.device | str | None = None,
+               palette: torch.Tensor = CLASS_COLOURS) -> TensorSplit:
     """Colour one split. The colours are drawn on the CPU (the seeded generator); with
     `device` the grey digits go there first and are coloured there, so only one channel
     crosses to a GPU and no 3-channel copy is ever held on the host."""
-    colours = _noisy_colours(colour_classes, sigma, gen)
+    colours = _noisy_colours(colour_classes, sigma, gen, palette)
     if device is not None:
         grey, y, colours = grey.to(device), y.to(device), colours.to(device)
     x = colourise(grey, colours)
@@ -178,17 +192,21 @@ def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor
 
 def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
           device: torch.device | str | None = None, z_relu: bool = False,
-          width: int = 64) -> Benchmark:
+          width: int = 64, palette: str = "separated") -> Benchmark:
     """The coloured benchmark for one (sigma, seed), built on `device` (default: where the
     grey digits are). The same tensors on every device: colouring is exact arithmetic."""
     if not 0 < sigma < 1:
         raise ValueError(f"sigma must be in (0, 1), got {sigma}")
+    if palette not in PALETTES:
+        raise ValueError(f"palette must be one of {sorted(PALETTES)}, got {palette!r}")
+    colours = PALETTES[palette]
     gen = torch.Generator().manual_seed(seed)
-    train = make_split(digits.train_x, digits.train_y, digits.train_y, sigma, gen, device)
+    train = make_split(digits.train_x, digits.train_y, digits.train_y, sigma, gen, device,
+                       colours)
     test_classes = torch.randint(NUM_CLASSES, (len(digits.test_y),), generator=gen)
-    test = make_split(digits.test_x, digits.test_y, test_classes, sigma, gen, device)
+    test = make_split(digits.test_x, digits.test_y, test_classes, sigma, gen, device, colours)
     return Benchmark(
         name="digits", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
-        make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu, width=width), z_dim=z_dim, c_dim=C_DIM,
-        info={"source": digits.source, "sigma": sigma, "n_train": len(train),
-              "n_test": len(test)})
+        make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu, width=width), z_dim=z_dim,
+        c_dim=C_DIM, info={"source": digits.source, "sigma": sigma, "palette": palette,
+                           "n_train": len(train), "n_test": len(test)})
