@@ -73,6 +73,11 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     if select not in SELECT_EPOCH_RULES:
         raise ValueError(f"select_epoch must be one of {SELECT_EPOCH_RULES}, got {select!r}")
     mi_steps = int(config.get("mi_eval_steps", 2000))
+    if float(config.get("lam", 0.0)) == 0:
+        # lam = 0 is the ERM baseline: reported at its last epoch, as a user would train it
+        # (the stopping rule is part of the method, and on ERM it would pick early epochs
+        # whose lower MI only reflects a less fitted model).
+        select = "last"
     bench = build(config).to(device)
     algo = Algorithm1(bench, loop_config(config), seed=seed, device=device)
 
