@@ -71,6 +71,10 @@ def test_tiny_sweep_writes_the_results_contract(ray_local, tmp_path):
     last = df[df["epoch"] == 2]
     first = df[df["epoch"] == 1]
     assert last["mi_eval"].notna().all() and first["mi_eval"].isna().all()
+    # one reported row per trial: the last epoch when no stopping rule is asked for
+    assert df.groupby("trial_id")["selected"].sum().eq(1).all()
+    assert df.loc[df["selected"], "epoch"].eq(2).all()
+    assert last["mi_eval_cond"].notna().all()
     assert (out / "table.md").exists() and (out / "table.parquet").exists()
     assert any((out / "figures").glob("*.png"))
     assert json.loads((out / "experiment.json").read_text())["experiment"] == "digits_grid"
@@ -86,3 +90,34 @@ def test_unreachable_address_fails_fast_with_one_line(tmp_path):
     assert proc.returncode == 2
     assert "cannot connect to Ray at --address" in proc.stderr.strip().splitlines()[-1]
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_every_loop_flag_reaches_the_trial_config():
+    from sweeps.cli import build_parser, resolve
+    from sweeps.digits_grid import param_space
+    from sweeps.presets import DIGITS
+
+    parser = build_parser("digits_grid.py", "d", DIGITS)
+    args = resolve(parser, "digits", DIGITS, [
+        "--preset", "cpu", "--root", ".", "--theta-update", "joint", "--mine-ema-rate", "0",
+        "--mine-hidden-layers", "3", "--no-rescale-mi-grad", "--select-epoch", "last",
+        "--z-relu", "--width", "16", "--palette", "distinct", "--channels-last"])
+    space = param_space(args.values)
+    assert space["theta_update"] == "joint" and space["mine_ema_rate"] is None
+    assert space["mine_hidden_layers"] == 3 and space["rescale_mi_grad"] is False
+    assert space["select_epoch"] == "last" and space["z_relu"] is True
+    assert space["width"] == 16 and space["palette"] == "distinct"
+    assert space["channels_last"] is True and space["source"] == "mnist"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--theta-update", "both"], "--theta-update"),
+    (["--mine-ema-rate", "1.5"], "--mine-ema-rate"),
+    (["--select-epoch", "best_test"], "--select-epoch"),
+    (["--width", "0"], "--width"),
+])
+def test_bad_new_flag_is_one_line_naming_it(args, needle, tmp_path):
+    proc = _run(*args, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert needle in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
