@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from unbiased.benchmarks.colored_mnist import PAPER_SIGMAS
 
-EPOCHS_CPU = 4
+EPOCHS_CPU = 3
 
 DIGITS: dict[str, dict[str, object]] = {
     # The embedded 5k subset on CPU, 4 trials, about 5 minutes on 2 cores. The paper's lr
