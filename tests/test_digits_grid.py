@@ -28,6 +28,10 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["--epochs", "0"], "--epochs"),
     (["--seeds", "a,b"], "--seeds"),
     (["--inner-z", "bank?"], "--inner-z"),
+    (["--theta-update", "both"], "--theta-update"),
+    (["--mine-ema-rate", "1.5"], "--mine-ema-rate"),
+    (["--select-epoch", "best_test"], "--select-epoch"),
+    (["--width", "0"], "--width"),
 ])
 def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
     proc = _run(*args, "--out", str(tmp_path / "out"))
@@ -109,15 +113,3 @@ def test_every_loop_flag_reaches_the_trial_config():
     assert space["width"] == 16 and space["palette"] == "distinct"
     assert space["channels_last"] is True and space["source"] == "mnist"
 
-
-@pytest.mark.parametrize("args, needle", [
-    (["--theta-update", "both"], "--theta-update"),
-    (["--mine-ema-rate", "1.5"], "--mine-ema-rate"),
-    (["--select-epoch", "best_test"], "--select-epoch"),
-    (["--width", "0"], "--width"),
-])
-def test_bad_new_flag_is_one_line_naming_it(args, needle, tmp_path):
-    proc = _run(*args, "--out", str(tmp_path / "out"))
-    assert proc.returncode == 2
-    assert needle in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
-    assert not (tmp_path / "out").exists()

@@ -13,8 +13,8 @@ class LeNetFeatures(nn.Module):
     def __init__(self, z_dim: int = 64, in_channels: int = 3, z_relu: bool = False,
                  width: int = 64):
         super().__init__()
-        # width: channels of both convolutions (the paper's 64; the `cpu` preset's 32 costs
-        # about a third of the compute, bench/RESULTS.md).
+        # width: channels of both convolutions (the paper's 64; 32 costs about a third of
+        # the compute but lost its debiasing gain sooner on full MNIST, bench/RESULTS.md).
         self.conv = nn.Sequential(
             nn.Conv2d(in_channels, width, 5), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(width, width, 5), nn.ReLU(), nn.MaxPool2d(2),

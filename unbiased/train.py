@@ -394,11 +394,13 @@ def mi_eval(z: torch.Tensor, c: torch.Tensor, seed: int = 0, steps: int = 2000,
     n_hold = max(2, int(len(z) * holdout))
     hold, fit = perm[:n_hold], perm[n_hold:]
     z_fit, c_fit = z[fit], c[fit]
+    given_fit = None if given is None else given[fit]
     opt = torch.optim.Adam(mine.parameters(), lr=lr, fused=z.device.type in ("cpu", "cuda"))
     bs = min(batch_size, len(fit))
     for _ in range(steps):
         idx = torch.randint(len(fit), (bs,), generator=gen, device=z.device)
-        c_marg = None if given is None else shuffled_within(c_fit[idx], given[fit][idx], gen)
+        c_marg = None if given_fit is None else shuffled_within(c_fit[idx], given_fit[idx],
+                                                                 gen)
         loss, _ = mine.phi_loss(z_fit[idx], c_fit[idx], gen, c_marg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
