@@ -4,8 +4,10 @@ The contract (DESIGN.md, "Results contract"): one row per trial and epoch. A tri
 is its row marked `selected` (a label-free stopping rule's epoch), else its row with the largest
 epoch. A trial is *excluded* (diverged or failed) when its `status`
 starts with "diverged" or "error", or its final `mi` / `train_acc` / `loss_task` is NaN or inf
-(`mi` and `loss_task` are only checked for MI methods, i.e. rows with a lambda, and `loss_task`
-only when the trial recorded it at all). Excluded trials are listed, never averaged or chosen.
+(`mi` and `loss_task` are only checked for rows with a lambda; `mi` only when the trial
+reported a finite one at some epoch, as methods without an MI estimator of their own report
+NaN; `loss_task` only when the trial recorded it at all). Excluded trials are listed, never
+averaged or chosen.
 """
 
 from __future__ import annotations
@@ -151,7 +153,11 @@ def _exclusion_reason(trial: pd.DataFrame, final: pd.Series) -> str:
         if text.startswith("diverged") or text.startswith("error"):
             return text
     is_mi_method = not _nonfinite(final["lam"])
-    checks = ["train_acc"] + (["mi"] if is_mi_method else [])
+    # `mi` is checked for trials that report one (a method with an MI estimator of its own,
+    # mi_backprop); methods without one report NaN at every epoch.
+    reports_mi = is_mi_method and "mi" in trial.columns and bool(
+        np.isfinite(trial["mi"].to_numpy(dtype=float)).any() or np.isinf(final["mi"]))
+    checks = ["train_acc"] + (["mi"] if reports_mi else [])
     for col in checks:
         if _nonfinite(final[col]):
             return f"final {col} is {final[col]}"

@@ -34,29 +34,25 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from sweeps.cli import SweepArgs  # noqa: E402
-from sweeps.digits_grid import LOOP_KEYS  # noqa: E402
+from sweeps.digits_grid import SPEC  # noqa: E402
 from sweeps.presets import DIGITS  # noqa: E402
 from trainables.digits import build_digits  # noqa: E402
 from unbiased.benchmarks.colored_mnist import GreyDigits, load_mnist5k  # noqa: E402
-from unbiased.train import Algorithm1, mi_eval  # noqa: E402
+from unbiased.methods import make_method  # noqa: E402
+from unbiased.train import mi_eval  # noqa: E402
 
 
 def trial_configs(values: dict) -> list[dict]:
-    base = {k: values[k] for k in LOOP_KEYS if k in values}
-    base.update({"num_threads": 1, "download": False, "device": "cpu"})
-    return [{**base, "sigma": s, "lam": lam, "K": k, "seed": seed}
-            for s in values["sigma"] for lam in values["lam"] for k in values["K"]
-            for seed in values["seeds"]]
+    base = {**SPEC.fixed_values(values), "num_threads": 1, "device": "cpu"}
+    return [{**base, **point} for point in SPEC.points(values)]
 
 
 def plain_trial(config: dict, digits: GreyDigits) -> float:
     """One trial as the trainable runs it, minus Tune: seconds of wall time."""
-    from trainables.common import loop_config
-
     start = time.perf_counter()
     torch.set_num_threads(1)
     bench = build_digits(config, digits)
-    algo = Algorithm1(bench, loop_config(config), seed=int(config["seed"]), device="cpu")
+    algo = make_method(config["method"], bench, config, seed=int(config["seed"]), device="cpu")
     for _ in range(int(config["epochs"])):
         algo.run_epoch()
         algo.evaluate()
@@ -93,17 +89,17 @@ def run_tune(configs: list[dict], values: dict, digits: GreyDigits, concurrency:
     """Seconds of Tuner.fit and the size in bytes of one trial's checkpoint."""
     from ray import tune
 
-    from sweeps.digits_grid import EXPERIMENT, param_space
+    from sweeps.digits_grid import EXPERIMENT
     from sweeps.runner import run_tuner
     from trainables.digits import train_digits
 
-    space = param_space(values)
+    space = SPEC.param_space(values, SPEC.points(values))
     space.update({"num_threads": 1, "device": "cpu"})
     args = SweepArgs(benchmark="digits", preset="quick", values=values, out=out)
     start = time.perf_counter()
     grid = run_tuner(args, EXPERIMENT, tune.with_parameters(train_digits, digits=digits), space,
                      {"cpu": 2.0 / concurrency, "gpu": 0.0},
-                     param_keys=("sigma", "lam", "K", "seed"), n_trials=len(configs))
+                     param_keys=SPEC.param_keys(), n_trials=len(configs))
     wall = time.perf_counter() - start
     errors = [r.error for r in grid if r.error is not None]
     if errors:

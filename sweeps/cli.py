@@ -68,6 +68,17 @@ def _unit_open(v: float) -> str | None:
     return _finite(v) or (None if 0 < v < 1 else "must be in (0, 1)")
 
 
+def method_name(text: str) -> str:
+    return text
+
+
+def _known_method(name: str) -> str | None:
+    from unbiased.methods import METHODS
+
+    return None if name in METHODS else f"unknown method; choose from {', '.join(METHODS)}"
+
+
+METHOD_LIST = _list_of(method_name, _known_method)
 LAM_LIST = _list_of(float, _nonneg)
 K_LIST = _list_of(int, _at_least_one)
 SIGMA_LIST = _list_of(float, _unit_open)
@@ -92,13 +103,8 @@ SPLIT_LIST = _list_of(split_name, lambda v: None if v in IMDB_SPLITS
 STORAGE_ENV = "UNBIASED_STORAGE_PATH"
 SCHEDULERS = ("fifo", "asha")
 # Values a preset may leave out.
-_FALLBACKS = {"device": "auto", "scheduler": "fifo"}
-# Loop options every driver passes to its trials when the preset or a flag sets them (each
-# driver adds its own keys; a flag parsed here is never dropped on the way to a trial).
-COMMON_LOOP_KEYS = ("epochs", "batch_size", "lr", "mine_lr", "mine_optimizer", "inner_z",
-                    "root", "device", "mi_eval_steps", "bank_refresh", "bank_size", "amp",
-                    "compile", "channels_last", "theta_update", "mine_ema_rate",
-                    "mine_hidden_layers", "rescale_mi_grad", "select_epoch")
+_FALLBACKS: dict[str, object] = {"device": "auto", "scheduler": "fifo",
+                                 "method": ["mi_backprop"]}
 SELECT_EPOCH = ("last", "lowest_mi")
 
 
@@ -122,21 +128,25 @@ class SweepArgs:
 
 # flag dest -> preset key
 _OVERRIDES = {
-    "sigma": "sigma", "lam": "lam", "K": "K", "seeds": "seeds", "epochs": "epochs",
+    "method": "method", "sigma": "sigma", "lam": "lam", "K": "K", "seeds": "seeds",
+    "epochs": "epochs",
     "batch_size": "batch_size", "lr": "lr", "mine_lr": "mine_lr", "root": "root",
     "cpus_per_trial": "cpus_per_trial", "gpus_per_trial": "gpus_per_trial",
-    "inner_z": "inner_z", "mine_optimizer": "mine_optimizer", "source": "source",
-    "device": "device", "mi_eval_steps": "mi_eval_steps", "bank_refresh": "bank_refresh",
+    "inner_z": "inner_z", "mine_optimizer": "mine_optimizer", "device": "device",
+    "mi_eval_steps": "mi_eval_steps", "bank_refresh": "bank_refresh",
     "bank_size": "bank_size", "amp": "amp", "compile": "compile",
     "channels_last": "channels_last", "theta_update": "theta_update",
-    "mine_ema_rate": "mine_ema_rate", "mine_hidden_layers": "mine_hidden_layers",
+    "mine_ema_rate": "mine_ema_rate", "mine_hidden": "mine_hidden",
+    "mine_hidden_layers": "mine_hidden_layers", "head_hidden": "head_hidden",
+    "head_lr": "head_lr", "hsic_bandwidth": "hsic_bandwidth",
+    "eval_batch_size": "eval_batch_size",
     "rescale_mi_grad": "rescale_mi_grad", "select_epoch": "select_epoch",
     "z_relu": "z_relu", "width": "width", "palette": "palette",
     "scheduler": "scheduler", "samples": "samples", "lam_range": "lam_range",
     # IMDB only (build_parser(imdb=True))
     "train_split": "train_split", "weights": "weights", "arch": "arch",
     "train_subset": "train_subset", "max_eval": "max_eval", "workers": "num_workers",
-    "image_size": "image_size", "eval_batch_size": "eval_batch_size",
+    "image_size": "image_size",
 }
 
 
@@ -157,6 +167,10 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
         formatter_class=_HelpFormatter)
     p.add_argument("--preset", choices=sorted(presets), default="quick",
                    help="defaults for every value below")
+    p.add_argument("--method", type=METHOD_LIST,
+                   help="methods, comma-separated: mi_backprop (the paper's), grad_reversal, "
+                        "confusion, hsic (unbiased/methods/); lam = 0 is plain ERM for each, "
+                        "so it runs once, under the first method")
     if uses_sigma:
         p.add_argument("--sigma", type=SIGMA_LIST,
                        help="colour variances, comma-separated (paper: 0.02..0.05)")
@@ -203,8 +217,20 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--mine-ema-rate", type=EMA_RATE,
                    help="MINE's bias-corrected gradient: moving-average rate of E[exp T] "
                         "(0 = the plain DV gradient)")
+    p.add_argument("--mine-hidden", type=POS_INT,
+                   help="hidden units per layer of the statistics network T")
     p.add_argument("--mine-hidden-layers", type=POS_INT,
                    help="hidden layers of the statistics network T")
+    p.add_argument("--head-hidden", type=NONNEG_INT,
+                   help="grad_reversal, confusion: hidden units of the bias head (0 = linear)")
+    p.add_argument("--head-lr", type=POS_FLOAT,
+                   help="grad_reversal, confusion: Adam learning rate of the bias head "
+                        "(default: --lr)")
+    p.add_argument("--hsic-bandwidth", type=POS_FLOAT,
+                   help="hsic: Gaussian kernel width on z (default: the batch's median "
+                        "pairwise distance)")
+    p.add_argument("--eval-batch-size", type=POS_INT,
+                   help="rows per forward pass when evaluating a whole split")
     p.add_argument("--rescale-mi-grad", action=argparse.BooleanOptionalAction, default=None,
                    help="scale theta's MI gradient per tensor to norm min(|g_task|, |g_MI|)")
     p.add_argument("--select-epoch", choices=list(SELECT_EPOCH),
@@ -268,8 +294,6 @@ def _imdb_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=NONNEG_INT,
                    help="DataLoader worker processes per trial decoding JPEGs")
     p.add_argument("--image-size", type=POS_INT, help="input crop size (ImageNet: 224)")
-    p.add_argument("--eval-batch-size", type=POS_INT,
-                   help="images per forward pass when evaluating")
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -279,7 +303,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         text = action.help or ""
         if action.dest in _OVERRIDES and action.default is None:
             fallback = _FALLBACKS.get(action.dest)
-            return text + " (default: from --preset" + (f", else {fallback})" if fallback
+            return text + " (default: from --preset" + (f", else {_show(fallback)})" if fallback
                                                         else ")")
         if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
             return text + " (default: %(default)s)"

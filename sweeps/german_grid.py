@@ -22,36 +22,41 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import pandas as pd  # noqa: E402
 
 from sweeps.baselines import SvmResult, svm_baseline  # noqa: E402
-from sweeps.cli import COMMON_LOOP_KEYS, build_parser, resolve  # noqa: E402
+from sweeps.cli import SweepArgs  # noqa: E402
+from sweeps.core import GridSpec, run_grid  # noqa: E402
 from sweeps.presets import GERMAN  # noqa: E402
-from sweeps.runner import (  # noqa: E402
-    SweepError,
-    all_ok,
-    check_out_dir,
-    fail,
-    init_ray,
-    results_frame,
-    run_tuner,
-    write_outputs,
-)
+from sweeps.runner import SweepError  # noqa: E402
 
 EXPERIMENT = "german_grid"
 BENCHMARK = "german"
 SVM_METHOD = "svm"
-LOOP_KEYS = (*COMMON_LOOP_KEYS, "mine_hidden")
 
 
-def param_space(values: dict) -> dict:
-    from ray import tune
+def _load(args: SweepArgs) -> tuple[dict[str, object], str]:
+    from unbiased.benchmarks import german
+    from unbiased.data import DataError
 
-    space = {key: values[key] for key in LOOP_KEYS if key in values}
-    space.update({
-        "lam": tune.grid_search(list(values["lam"])),
-        "K": tune.grid_search(list(values["K"])),
-        "seed": tune.grid_search(list(values["seeds"])),
-        "num_threads": max(1, int(float(values["cpus_per_trial"]))),
-    })
-    return space
+    # Parse the file once here (a bad --root fails before Ray starts); trials get the
+    # parsed table through the object store and build their own split from it.
+    try:
+        table = german.load_table(args.values.get("root"))
+    except DataError as exc:
+        raise SweepError(str(exc)) from None
+    return {"table": table}, f"{len(table)} rows from {table.source}"
+
+
+def _trainable():
+    from trainables.german import train_german
+
+    return train_german
+
+
+def _svm(args: SweepArgs, loaded: dict, like: pd.DataFrame) -> pd.DataFrame:
+    from unbiased.benchmarks import german
+
+    table = loaded["table"]
+    return svm_rows([svm_baseline(german.build(seed, table=table), seed)
+                     for seed in args["seeds"]], like)
 
 
 def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
@@ -73,53 +78,16 @@ def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
     return df.astype({c: like[c].dtype for c in like.columns if c in df.columns})
 
 
+SPEC = GridSpec(
+    prog="german_grid.py", description=__doc__.splitlines()[0], experiment=EXPERIMENT,
+    benchmark=BENCHMARK, presets=GERMAN, build_keys=("root",), data_axes=(), load=_load,
+    trainable=_trainable, extra_rows=_svm, parser_options={"uses_sigma": False},
+    summary_columns=("method", "lam", "K", "seed", "epoch", "train_acc", "test_acc", "eo",
+                     "mi", "mi_eval", "status"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser("german_grid.py", __doc__.splitlines()[0], GERMAN, uses_sigma=False)
-    args = resolve(parser, BENCHMARK, GERMAN, argv)
-    try:
-        check_out_dir(args, EXPERIMENT)
-        from unbiased.benchmarks import german
-        from unbiased.data import DataError
-
-        # Parse the file once here (a bad --root fails before Ray starts); trials get the
-        # parsed table through the object store and build their own split from it.
-        try:
-            table = german.load_table(args.values.get("root"))
-        except DataError as exc:
-            raise SweepError(str(exc)) from None
-        n_trials = len(args["lam"]) * len(args["K"]) * len(args["seeds"])
-        print(f"german_grid: preset {args.preset}, {n_trials} trials ({len(table)} rows from "
-              f"{table.source}), {args['epochs']} epochs each -> {args.out}", flush=True)
-        svm = [svm_baseline(german.build(seed, table=table), seed) for seed in args["seeds"]]
-        init_ray(args.address)
-        from ray import tune
-
-        from trainables.german import train_german
-
-        resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
-        grid = run_tuner(args, EXPERIMENT, tune.with_parameters(train_german, table=table),
-                         param_space(args.values), resources)
-        df = results_frame(grid, EXPERIMENT, BENCHMARK,
-                           {"lam": "lam", "K": "K", "seed": "seed", "epochs": "epochs"})
-        df = pd.concat([df, svm_rows(svm, df)], ignore_index=True)
-        written = write_outputs(args, EXPERIMENT, df)
-    except SweepError as exc:
-        fail(str(exc))
-    _summary(df)
-    for path in written:
-        print(f"wrote {path}")
-    return 0 if all_ok(df) else 1
-
-
-def _summary(df: pd.DataFrame) -> None:
-    last = df.sort_values("epoch").groupby("trial_id").tail(1)
-    cols = ["method", "lam", "K", "seed", "epoch", "train_acc", "test_acc", "eo", "mi",
-            "mi_eval", "status"]
-    print(last[cols].sort_values(["method", "lam", "K", "seed"]).to_string(
-        index=False, float_format=lambda v: f"{v:.3f}"))
-    means = last.groupby(["method", "lam"], dropna=False)[["test_acc", "eo", "mi_eval"]].mean()
-    print("mean over seeds:")
-    print(means.to_string(float_format=lambda v: f"{v:.3f}"))
+    return run_grid(SPEC, argv)
 
 
 if __name__ == "__main__":

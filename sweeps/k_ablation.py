@@ -18,14 +18,17 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweeps import digits_grid  # noqa: E402
+from sweeps.core import run_grid  # noqa: E402
 from sweeps.presets import K_ABLATION  # noqa: E402
 
 EXPERIMENT = "k_ablation"
 
 
+SPEC = digits_grid.spec("k_ablation.py", __doc__.splitlines()[0], K_ABLATION, EXPERIMENT)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return digits_grid.main(argv, prog="k_ablation.py", description=__doc__.splitlines()[0],
-                            presets=K_ABLATION, experiment=EXPERIMENT)
+    return run_grid(SPEC, argv)
 
 
 if __name__ == "__main__":

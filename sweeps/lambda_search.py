@@ -3,7 +3,7 @@
     python sweeps/lambda_search.py                    # quick preset: 6 trials, embedded data, CPU
     python sweeps/lambda_search.py --preset paper --root data --address auto
 
-One multi-objective Optuna study (Tune's OptunaSearch, TPE) per (sigma, seed): minimise
+One multi-objective Optuna study (Tune's OptunaSearch, TPE) per (method, sigma, seed): minimise
 `mi_eval` (MI of the final features, measured by a fresh statistics network) and maximise
 `train_acc`. Neither reads test labels or needs an unbiased validation set. lambda is sampled
 log-uniformly in --lam-range (so lambda = 0 is never proposed) and K from the --K choices.
@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import pandas as pd  # noqa: E402
 
 from sweeps.cli import build_parser, resolve  # noqa: E402
-from sweeps.digits_grid import LOOP_KEYS, load_digits  # noqa: E402
+from sweeps.digits_grid import SPEC, load_digits  # noqa: E402
 from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
 from sweeps.runner import (  # noqa: E402
     SweepError,
@@ -41,18 +41,21 @@ OBJECTIVES = ["mi_eval", "train_acc"]
 MODES = ["min", "max"]
 
 
-def search_space(values: dict, sigma: float, seed: int) -> dict:
+def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backprop") -> dict:
+    """One study's space: lambda log-uniform, K a choice (for methods that have K)."""
     from ray import tune
 
+    from sweeps.core import has_key
+
     low, high = (float(v) for v in values["lam_range"])
-    space = {key: values[key] for key in LOOP_KEYS if key in values}
+    space = SPEC.fixed_values(values)
     space.update({
-        "sigma": float(sigma), "seed": int(seed),
+        "method": method, "sigma": float(sigma), "seed": int(seed),
         "lam": tune.loguniform(low, high),
-        "K": tune.choice([int(k) for k in values["K"]]),
         "num_threads": max(1, int(float(values["cpus_per_trial"]))),
-        "download": values.get("source") == "mnist",
     })
+    if has_key(method, "K"):
+        space["K"] = tune.choice([int(k) for k in values["K"]])
     return space
 
 
@@ -75,10 +78,13 @@ def main(argv: list[str] | None = None) -> int:
                           search=True)
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
     try:
+        # Every method's config at both ends of the lambda range and each K, before Ray.
+        SPEC.validate({**args.values, "lam": list(args["lam_range"])})
         check_out_dir(args, EXPERIMENT)
         digits = load_digits(args)
         samples = int(args["samples"])
-        studies = [(float(s), int(seed)) for s in args["sigma"] for seed in args["seeds"]]
+        studies = [(m, float(s), int(seed)) for m in args["method"] for s in args["sigma"]
+                   for seed in args["seeds"]]
         print(f"{EXPERIMENT}: preset {args.preset}, {len(studies)} studies x {samples} trials "
               f"({len(digits.train_y)} train / {len(digits.test_y)} test digits from "
               f"{digits.source}), {args['epochs']} epochs each -> {args.out}", flush=True)
@@ -90,16 +96,18 @@ def main(argv: list[str] | None = None) -> int:
         resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
         trainable = tune.with_parameters(train_digits, digits=digits)
         frames = []
-        for sigma, seed in studies:
-            grid = run_tuner(args, f"{EXPERIMENT}_sigma{sigma:g}_seed{seed}", trainable,
-                             search_space(args.values, sigma, seed), resources,
-                             param_keys=("sigma", "lam", "K", "seed"), n_trials=samples,
-                             search_alg=make_searcher(samples, seed), num_samples=samples)
-            frames.append(results_frame(grid, EXPERIMENT, "digits",
-                                        {"sigma": "sigma", "lam": "lam", "K": "K",
-                                         "seed": "seed", "epochs": "epochs"}))
+        for method, sigma, seed in studies:
+            name = f"{EXPERIMENT}_sigma{sigma:g}_seed{seed}"
+            if method != "mi_backprop":  # mi_backprop keeps the study names it always had
+                name += f"_{method}"
+            grid = run_tuner(args, name, trainable,
+                             search_space(args.values, sigma, seed, method), resources,
+                             param_keys=("method", "sigma", "lam", "K", "seed"),
+                             n_trials=samples, search_alg=make_searcher(samples, seed),
+                             num_samples=samples)
+            frames.append(results_frame(grid, EXPERIMENT, "digits", SPEC.result_columns()))
         df = pd.concat(frames, ignore_index=True).sort_values(
-            ["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
+            ["method", "sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
         written = write_outputs(args, EXPERIMENT, df)
         front = _write_front(args.out, df, written)
     except SweepError as exc:

@@ -27,7 +27,8 @@ CONTRACT_COLUMNS = [
     "mi", "train_acc", "test_acc", "time_s", "mi_eval", "loss_task", "mi_batch", "epochs",
     "start_epoch", "node", "status", "selected",
 ]
-METHOD = "mi_backprop"  # Algorithm 1 at every lambda (lam = 0 is its ERM end point)
+METHOD = "mi_backprop"  # the method of a trial whose config names none
+POINT_KEY = "point"  # sweeps/core.py puts each trial's grid point under this config key
 EXPERIMENT_FILE = "experiment.json"
 
 
@@ -108,11 +109,13 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int):
             self.start = time.time()
 
         def _tag(self, trial) -> str:
-            return " ".join(f"{k}={trial.config.get(k)}" for k in param_keys)
+            config = flat_config(trial.config)
+            return " ".join(f"{k}={config[k]}" for k in param_keys if k in config)
 
         def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
             fields = [f"epoch {result.get('epoch')}/{trial.config.get('epochs')}"]
-            for key in ("train_acc", "test_acc", "mi", "mi_eval", "mi_eval_cond", "eo"):
+            for key in ("train_acc", "test_acc", "mi", "penalty", "mi_eval", "mi_eval_cond",
+                        "eo"):
                 value = result.get(key)
                 if isinstance(value, float) and not math.isnan(value):
                     fields.append(f"{key} {value:.3f}")
@@ -189,10 +192,16 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     return tuner.fit()
 
 
+def flat_config(config: dict) -> dict:
+    """A trial's config with its grid point's keys at the top level."""
+    return {**{k: v for k, v in config.items() if k != POINT_KEY},
+            **(config.get(POINT_KEY) or {})}
+
+
 def _finished(result) -> bool:
     """A trial that reported its last epoch (or stopped itself as diverged) without error."""
     metrics = result.metrics or {}
-    epochs = (result.config or {}).get("epochs")
+    epochs = flat_config(result.config or {}).get("epochs")
     return result.error is None and bool(metrics) and (
         metrics.get("epoch") == epochs or bool(metrics.get("diverged")))
 
@@ -203,7 +212,7 @@ def results_frame(result_grid, experiment: str, benchmark: str,
     frames = []
     for result in result_grid:
         df = result.metrics_dataframe
-        config = result.config or {}
+        config = flat_config(result.config or {})
         if df is None or df.empty:
             df = pd.DataFrame({"epoch": [0]})
             trial_id = getattr(result, "path", "unknown").rstrip("/").split("/")[-1]
@@ -230,7 +239,9 @@ def results_frame(result_grid, experiment: str, benchmark: str,
     df["selected"] = selected_rows(df)
     df["experiment"] = experiment
     df["benchmark"] = benchmark
-    df["method"] = METHOD
+    df["method"] = df["method"].fillna(METHOD) if "method" in df.columns else METHOD
+    if "K" in df.columns:
+        df["K"] = df["K"].fillna(0)  # methods without K (K = 0, as the non-neural baselines)
     for col in CONTRACT_COLUMNS:
         if col not in df.columns:
             df[col] = math.nan
@@ -245,7 +256,7 @@ def results_frame(result_grid, experiment: str, benchmark: str,
 
 
 _KEEP_EXTRA = {"eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config",
-               "mi_eval_cond", "selected_epoch", "selected"}
+               "mi_eval_cond", "selected_epoch", "selected", "penalty"}
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:

@@ -32,13 +32,19 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["--mine-ema-rate", "1.5"], "--mine-ema-rate"),
     (["--select-epoch", "best_test"], "--select-epoch"),
     (["--width", "0"], "--width"),
+    (["--method", "mi_backprop,erm2"], "--method"),
+    # values each flag accepts but a method's config refuses: caught before Ray starts
+    (["--batch-size", "1"], "batch_size must be >= 2"),
+    (["--inner-z", "bank", "--bank-size", "1"], "bank_size must be >= 2"),
 ])
 def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
     proc = _run(*args, "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
-    last = proc.stderr.strip().splitlines()[-1]
-    assert needle in last and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert needle in lines[-1] and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+    if "must be" in needle:  # nothing else on stderr: no Ray start, no trial tracebacks
+        assert len(lines) == 1 and lines[0].startswith("error: ")
 
 
 def test_existing_results_are_not_overwritten_without_a_flag(tmp_path):
@@ -96,20 +102,52 @@ def test_unreachable_address_fails_fast_with_one_line(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
 
 
-def test_every_loop_flag_reaches_the_trial_config():
+@pytest.mark.parametrize("driver", ["digits_grid", "german_grid", "imdb_grid", "k_ablation"])
+def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
+    """The trial config is derived from the methods' config dataclasses: each field has a
+    flag on every driver, and a value set by it is in the trials' config."""
+    import importlib
+    from dataclasses import fields
+
     from sweeps.cli import build_parser, resolve
-    from sweeps.digits_grid import param_space
-    from sweeps.presets import DIGITS
+    from unbiased.methods import METHODS
 
-    parser = build_parser("digits_grid.py", "d", DIGITS)
-    args = resolve(parser, "digits", DIGITS, [
-        "--preset", "cpu", "--root", ".", "--theta-update", "joint", "--mine-ema-rate", "0",
-        "--mine-hidden-layers", "3", "--no-rescale-mi-grad", "--select-epoch", "last",
-        "--z-relu", "--width", "16", "--palette", "distinct", "--channels-last"])
-    space = param_space(args.values)
-    assert space["theta_update"] == "joint" and space["mine_ema_rate"] is None
-    assert space["mine_hidden_layers"] == 3 and space["rescale_mi_grad"] is False
-    assert space["select_epoch"] == "last" and space["z_relu"] is True
-    assert space["width"] == 16 and space["palette"] == "distinct"
-    assert space["channels_last"] is True and space["source"] == "mnist"
-
+    spec = importlib.import_module(f"sweeps.{driver}").SPEC
+    parser = build_parser(spec.prog, "d", spec.presets, **spec.parser_options)
+    flags = {a.dest: a for a in parser._actions}
+    for cls in METHODS.values():
+        for f in fields(cls.Config):
+            assert f.name in flags, (driver, cls.name, f.name)
+    argv = ["--preset", "quick", "--method", "mi_backprop,grad_reversal,confusion,hsic",
+            "--theta-update", "joint", "--mine-ema-rate", "0", "--mine-hidden", "32",
+            "--mine-hidden-layers", "3", "--no-rescale-mi-grad", "--select-epoch", "last",
+            "--channels-last", "--amp", "--compile", "--bank-size", "8", "--head-hidden",
+            "16", "--head-lr", "0.01", "--hsic-bandwidth", "2", "--eval-batch-size", "7"]
+    if spec.parser_options.get("uses_sigma", True):
+        argv += ["--z-relu", "--width", "16", "--palette", "distinct"]
+    args = resolve(parser, spec.benchmark, spec.presets, argv)
+    spec.check_keys(args.values)
+    fixed = spec.fixed_values(args.values)
+    expected = {"theta_update": "joint", "mine_ema_rate": None, "mine_hidden": 32,
+                "mine_hidden_layers": 3, "rescale_mi_grad": False, "select_epoch": "last",
+                "channels_last": True, "amp": True, "compile": True, "bank_size": 8,
+                "head_hidden": 16, "head_lr": 0.01, "hsic_bandwidth": 2.0,
+                "eval_batch_size": 7}
+    if spec.parser_options.get("uses_sigma", True):
+        expected.update({"z_relu": True, "width": 16, "palette": "distinct"})
+    for key, value in expected.items():
+        assert fixed[key] == value, (driver, key)
+    # one grid point per (data, method, lam, K, seed); K only for mi_backprop, and lam = 0
+    # once (the first method's) as it is plain ERM for each
+    points = spec.validate(args.values)
+    lams, Ks = args.values["lam"], args.values["K"]
+    data = 1
+    for key, _ in spec.data_axes:
+        data *= len(args.values[key])
+    seeds = len(args.values["seeds"])
+    n_pos = sum(1 for lam in lams if lam > 0)
+    n_zero = len(lams) - n_pos
+    mi_points = len(Ks) * len(lams)
+    assert len(points) == data * seeds * (mi_points + 3 * n_pos)
+    assert all(("K" in p) == (p["method"] == "mi_backprop") for p in points)
+    assert sum(p["lam"] == 0 for p in points) == data * seeds * n_zero * len(Ks)

@@ -1,6 +1,7 @@
 """The benchmark-independent part of a Tune function trainable.
 
-`run_trial` trains Algorithm 1 for `epochs` epochs on a built benchmark, reports once per epoch
+`run_trial` trains the config's `method` (unbiased.methods.METHODS, default mi_backprop) for
+`epochs` epochs on a built benchmark, reports once per epoch
 with a checkpoint, and on a restart continues from `tune.get_checkpoint()` at the next epoch
 with the model, MINE, optimiser and RNG states it had. The final report also carries
 `mi_eval`: MI measured by a fresh statistics network trained on the frozen training features,
@@ -18,15 +19,15 @@ import os
 import socket
 import tempfile
 from collections.abc import Callable
-from dataclasses import fields
 
 import ray
 import torch
 from ray import tune
 
 from unbiased.data import Benchmark
+from unbiased.methods import DEFAULT_METHOD, make_method
 from unbiased.stopping import SELECT_EPOCH_RULES, EpochRecord, could_be_picked, pick_epoch
-from unbiased.train import Algorithm1, LoopConfig, mi_eval
+from unbiased.train import mi_eval
 
 CHECKPOINT_FILE = "state.pt"
 
@@ -35,15 +36,10 @@ class InjectedFailure(RuntimeError):
     """Raised by the `fail_once_at_epoch` test hook."""
 
 
-def loop_config(config: dict) -> LoopConfig:
-    """The LoopConfig fields present in a trial config, validated."""
-    names = {f.name for f in fields(LoopConfig)}
-    return LoopConfig(**{k: v for k, v in config.items() if k in names}).validate()
-
-
-def divergence(metrics: dict) -> str | None:
-    """Why a trial's epoch metrics mean it diverged (NaN or inf loss or MI), or None."""
-    bad = [key for key in ("loss_task", "mi_batch", "mi")
+def divergence(metrics: dict, keys: tuple[str, ...] = ("loss_task", "penalty", "mi_batch",
+                                                      "mi")) -> str | None:
+    """Why a trial's epoch metrics mean it diverged (NaN or inf among `keys`), or None."""
+    bad = [key for key in keys
            if isinstance(metrics.get(key), float) and not math.isfinite(metrics[key])]
     if not bad:
         return None
@@ -64,6 +60,8 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     # Tune logs every checkpoint at INFO from the worker; the driver prints progress itself.
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    # A sweep's trial has its grid point under "point" (sweeps/core.py).
+    config = {**{k: v for k, v in config.items() if k != "point"}, **(config.get("point") or {})}
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
     device = pick_device(str(config.get("device", "auto")))
@@ -78,8 +76,11 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
         # (the stopping rule is part of the method, and on ERM it would pick early epochs
         # whose lower MI only reflects a less fitted model).
         select = "last"
+    method = str(config.get("method", DEFAULT_METHOD))
     bench = build(config).to(device)
-    algo = Algorithm1(bench, loop_config(config), seed=seed, device=device)
+    algo = make_method(method, bench, config, seed=seed, device=device)
+    # A method without an MI estimator of its own reports mi and mi_batch as NaN.
+    watched = ("loss_task", "penalty") + (("mi_batch", "mi") if algo.has_mi_estimator else ())
 
     checkpoint = tune.get_checkpoint()
     resumed = checkpoint is not None
@@ -103,11 +104,11 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             raise InjectedFailure(f"injected failure at epoch {epoch} (fail_once_at_epoch)")
         stats = algo.run_epoch()
         metrics: dict[str, float | int | str] = {
-            "epoch": epoch, "loss_task": stats.loss_task, "mi_batch": stats.mi_batch,
-            "time_s": stats.time_s, **algo.evaluate(), "start_epoch": start_epoch,
-            "node": node, "node_id": node_id, "mi_eval": math.nan,
+            "epoch": epoch, "loss_task": stats.loss_task, "penalty": stats.penalty,
+            "mi_batch": stats.mi_batch, "time_s": stats.time_s, **algo.evaluate(),
+            "start_epoch": start_epoch, "node": node, "node_id": node_id, "mi_eval": math.nan,
         }
-        diverged = divergence(metrics)
+        diverged = divergence(metrics, watched)
         if diverged:
             # Stop with the reason on record; no checkpoint (a NaN model is not worth resuming)
             # so a restart could not pick it up either. The sweep goes on without it.

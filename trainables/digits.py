@@ -2,7 +2,7 @@
 
 Use through `tune.with_parameters(train_digits, digits=grey_digits)` so the grey digits are put
 in the object store once per sweep instead of being re-read by every trial; without it each
-trial loads its own copy (`source`, `root`).
+trial reads its own copy (`source`, `root`; full MNIST is not downloaded by a trial).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from unbiased.benchmarks.colored_mnist import GreyDigits
 def build_digits(config: dict, digits: GreyDigits | None = None) -> colored_mnist.Benchmark:
     if digits is None:
         digits = colored_mnist.load_grey_digits(config.get("source", "mnist5k"),
-                                                config.get("root"),
-                                                bool(config.get("download", False)))
+                                                config.get("root"))
     # Coloured on the training device: run_trial's .to(device) is then a no-op.
     return colored_mnist.build(digits, float(config["sigma"]), int(config["seed"]),
                                z_dim=int(config.get("z_dim", 64)),
@@ -27,8 +26,7 @@ def build_digits(config: dict, digits: GreyDigits | None = None) -> colored_mnis
 
 
 def train_digits(config: dict, digits: GreyDigits | None = None) -> None:
-    """Config keys: sigma, lam, K, seed, epochs, batch_size, lr, mine_lr, mine_optimizer,
-    inner_z, rescale_mi_grad, mine_ema_rate, theta_update, select_epoch, z_dim, z_relu,
-    width, palette, source, root, download, device,
-    num_threads, mi_eval_steps; fail_once_at_epoch (tests only)."""
+    """Config keys: method and its config fields (unbiased/methods), seed, epochs, device,
+    num_threads, mi_eval_steps, select_epoch (trainables/common.py); sigma, source, root,
+    z_dim, z_relu, width, palette (the build); fail_once_at_epoch (tests only)."""
     run_trial(config, lambda cfg: build_digits(cfg, digits))

@@ -18,7 +18,7 @@ def build_german(config: dict, table: GermanTable | None = None) -> Benchmark:
 
 
 def train_german(config: dict, table: GermanTable | None = None) -> None:
-    """Config keys: lam, K, seed, epochs, batch_size, lr, mine_lr, mine_optimizer, inner_z,
-    mine_hidden, mine_hidden_layers, rescale_mi_grad, mine_ema_rate, root, device,
-    num_threads, mi_eval_steps; fail_once_at_epoch (tests only)."""
+    """Config keys: method and its config fields (unbiased/methods), seed, epochs, device,
+    num_threads, mi_eval_steps, select_epoch (trainables/common.py); root (the build);
+    fail_once_at_epoch (tests only)."""
     run_trial(config, lambda cfg: build_german(cfg, table))

@@ -39,9 +39,9 @@ def build_imdb(config: dict, index: ImdbIndex | None = None,
 
 def train_imdb(config: dict, index: ImdbIndex | None = None,
                splits: ImdbSplits | None = None) -> None:
-    """Config keys: train_split, lam, K, seed, epochs, batch_size, lr, mine_lr,
-    mine_optimizer, inner_z, bank_refresh, eval_batch_size, arch, weights (imagenet | none |
-    PATH) or weights_path (resolved; "" = none), image_size, train_subset, max_eval,
-    num_workers, z_dim, root, device, num_threads, mi_eval_steps; fail_once_at_epoch (tests
+    """Config keys: method and its config fields (unbiased/methods), seed, epochs, device,
+    num_threads, mi_eval_steps, select_epoch (trainables/common.py); train_split, arch,
+    weights (imagenet | none | PATH) or weights_path (resolved; "" = none), image_size,
+    train_subset, max_eval, num_workers, z_dim, root (the build); fail_once_at_epoch (tests
     only)."""
     run_trial(config, lambda cfg: build_imdb(cfg, index, splits))

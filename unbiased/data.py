@@ -5,6 +5,7 @@ The loop never asks which benchmark it runs; everything benchmark-specific lives
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -180,9 +181,22 @@ class Benchmark:
     c_dim: int
     extra_metrics: list[MetricFn] = field(default_factory=list)
     info: dict[str, object] = field(default_factory=dict)
+    # The bias attribute as classes, for methods with a bias head: classes per head. c is
+    # either one one-hot block per head (sum(bias_classes) columns) or one column per head
+    # holding the class index (German: young = 1). See `bias_targets`.
+    bias_classes: tuple[int, ...] = ()
 
     def to(self, device: torch.device | str) -> Benchmark:
-        return Benchmark(self.name, self.train.to(device),
-                         {k: v.to(device) for k, v in self.eval_splits.items()},
-                         self.num_classes, self.make_features, self.z_dim, self.c_dim,
-                         self.extra_metrics, self.info)
+        return dataclasses.replace(self, train=self.train.to(device),
+                                   eval_splits={k: v.to(device)
+                                                for k, v in self.eval_splits.items()})
+
+
+def bias_targets(c: torch.Tensor, classes: tuple[int, ...]) -> torch.Tensor:
+    """(N, heads) int64 class indices of the bias attribute c (see Benchmark.bias_classes)."""
+    if c.shape[1] == sum(classes):
+        return torch.stack([block.argmax(1) for block in c.split(list(classes), dim=1)], 1)
+    if c.shape[1] == len(classes):
+        return c.round().long()
+    raise ValueError(f"c has {c.shape[1]} columns: neither one-hot blocks of {classes} nor "
+                     f"one class index per head")

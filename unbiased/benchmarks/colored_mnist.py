@@ -208,5 +208,6 @@ def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
     return Benchmark(
         name="digits", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
         make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu, width=width), z_dim=z_dim,
-        c_dim=C_DIM, info={"source": digits.source, "sigma": sigma, "palette": palette,
-                           "n_train": len(train), "n_test": len(test)})
+        c_dim=C_DIM, bias_classes=(C_BINS,) * 3,
+        info={"source": digits.source, "sigma": sigma, "palette": palette,
+              "n_train": len(train), "n_test": len(test)})

@@ -238,6 +238,6 @@ def build(seed: int, root: str | os.PathLike | None = None,
     return Benchmark(
         name="german", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
         make_features=lambda: MLPFeatures(in_features, Z_DIM), z_dim=Z_DIM, c_dim=C_DIM,
-        extra_metrics=[eo_metric],
+        extra_metrics=[eo_metric], bias_classes=(2,),
         info={"source": table.source, "md5": table.md5, "seed": seed, "n_train": len(train),
               "n_test": len(test), "x_width": in_features, "stratified_by": "y"})

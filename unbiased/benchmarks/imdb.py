@@ -389,7 +389,7 @@ def build(index: ImdbIndex, train_split: str, *, splits: ImdbSplits | None = Non
         name="imdb", train=_split(index, train_rows, image_size, num_workers),
         eval_splits=evals, num_classes=NUM_CLASSES,
         make_features=lambda: ResNetFeatures(arch, z_dim, weights_path), z_dim=z_dim,
-        c_dim=C_DIM, extra_metrics=[_test_acc],
+        c_dim=C_DIM, extra_metrics=[_test_acc], bias_classes=(C_DIM,),
         info={"source": index.root, "train_split": train_split, "n_train": len(train_rows),
               **{f"n_{k}": len(v) for k, v in evals.items()}, "arch": arch,
               "weights": weights_path or "none"})

@@ -1,0 +1,199 @@
+"""The one sweep core every grid driver is a small spec on.
+
+A driver says what is particular to it (`GridSpec`: its benchmark, presets, the keys its
+benchmark's build reads, its data axes, how to load the data once, which trainable runs the
+trials); the core parses the flags, derives every trial's config from the config dataclasses
+of the methods (`unbiased.methods`), validates every value before Ray starts, runs the grid
+and writes the results.
+
+Grid points: data axes x method x lam x K x seed, where K is an axis only for methods that
+have it (mi_backprop) and lam = 0 (plain ERM for every method) runs once per data point and
+seed, under the first method listed, when several methods are swept.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from sweeps.cli import SweepArgs, build_parser, resolve
+from sweeps.runner import (
+    SweepError,
+    all_ok,
+    check_out_dir,
+    fail,
+    init_ray,
+    results_frame,
+    run_tuner,
+    write_outputs,
+)
+
+# Trial keys read by the trainable itself (trainables/common.py), whatever the method.
+RUN_KEYS = ("epochs", "device", "mi_eval_steps", "select_epoch")
+# Values the driver uses itself; they never reach a trial as such.
+DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
+                         "scheduler", "samples", "lam_range", "weights"})
+POINT_KEY = "point"  # a trial's grid point sits under this config key (see flat_config)
+
+
+def method_keys() -> tuple[str, ...]:
+    """Every field of every method's config dataclass."""
+    from unbiased.methods import METHODS, config_keys
+
+    keys: list[str] = []
+    for name in METHODS:
+        keys += [k for k in config_keys(name) if k not in keys]
+    return tuple(keys)
+
+
+def has_key(method: str, key: str) -> bool:
+    from unbiased.methods import config_keys
+
+    return key in config_keys(method)
+
+
+@dataclass
+class GridSpec:
+    """What one grid driver adds to the core.
+
+    `build_keys`: trial config keys the benchmark's build reads (data root, model options).
+    `data_axes`: (preset key, trial key) pairs swept besides method, lam, K and seed.
+    `load(args)`: reads the data once in the driver (failing with SweepError before Ray
+    starts); returns the objects the trainable gets through the object store and a phrase
+    describing the data for the start line.
+    `trainable()`: the Tune function (imported late: trainables import torch and ray).
+    `extra_rows(args, loaded, df)`: rows of non-neural baselines added to the results.
+    """
+
+    prog: str
+    description: str
+    experiment: str
+    benchmark: str
+    presets: dict[str, dict[str, object]]
+    build_keys: tuple[str, ...]
+    data_axes: tuple[tuple[str, str], ...]
+    load: Callable[[SweepArgs], tuple[dict[str, object], str]]
+    trainable: Callable[[], Callable]
+    summary_columns: tuple[str, ...]
+    parser_options: dict[str, bool] = field(default_factory=dict)
+    out_name: str | None = None  # default OUT is results/<out_name or benchmark>_<preset>
+    extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame] | None = None
+
+    def trial_keys(self) -> tuple[str, ...]:
+        return (*RUN_KEYS, *method_keys(), *self.build_keys)
+
+    def fixed_values(self, values: dict) -> dict:
+        """The values every trial of the sweep shares."""
+        axes = {key for key, _ in self.data_axes} | {"lam", "K"}
+        return {k: values[k] for k in self.trial_keys() if k in values and k not in axes}
+
+    def check_keys(self, values: dict) -> None:
+        """Every resolved value reaches the trials or is the driver's own: a flag that a
+        trial would silently ignore is a bug here, not a surprise in the results."""
+        known = set(self.trial_keys()) | DRIVER_KEYS | {k for k, _ in self.data_axes}
+        stray = sorted(set(values) - known)
+        if stray:
+            raise SweepError(f"{self.prog}: settings no trial reads: {', '.join(stray)}")
+
+    def points(self, values: dict) -> list[dict]:
+        """Every trial's grid point: data axes x method x lam x K (methods that have it)
+        x seed; lam = 0 once per data point and seed when several methods are swept."""
+        methods = list(values.get("method") or ["mi_backprop"])
+        axes = [[(trial_key, v) for v in values[key]] for key, trial_key in self.data_axes]
+        out = []
+        for data in itertools.product(*axes):
+            for i, method in enumerate(methods):
+                for lam in values["lam"]:
+                    if lam == 0 and i > 0:
+                        continue  # the same ERM model as the first method's lam = 0
+                    Ks = values["K"] if has_key(method, "K") else [None]
+                    for K, seed in itertools.product(Ks, values["seeds"]):
+                        point = {**dict(data), "method": method, "lam": float(lam),
+                                 "seed": int(seed)}
+                        if K is not None:
+                            point["K"] = int(K)
+                        out.append(point)
+        return out
+
+    def validate(self, values: dict) -> list[dict]:
+        """Every trial's method config, built and checked before Ray starts; the points."""
+        from unbiased.methods import method_config
+
+        self.check_keys(values)
+        fixed = self.fixed_values(values)
+        points = self.points(values)
+        for point in points:
+            try:
+                method_config(point["method"], {**fixed, **point})
+            except (ValueError, TypeError) as exc:
+                raise SweepError(f"invalid settings for method {point['method']}: {exc}"
+                                 ) from None
+        return points
+
+    def param_space(self, values: dict, points: list[dict]) -> dict:
+        from ray import tune
+
+        return {**self.fixed_values(values),
+                "num_threads": max(1, int(float(values["cpus_per_trial"]))),
+                POINT_KEY: tune.grid_search(points)}
+
+    def result_columns(self) -> dict[str, str]:
+        columns = {"method": "method", "lam": "lam", "K": "K", "seed": "seed",
+                   "epochs": "epochs"}
+        columns.update({trial_key: trial_key for _, trial_key in self.data_axes})
+        return columns
+
+    def param_keys(self) -> tuple[str, ...]:
+        return ("method", *(k for _, k in self.data_axes), "lam", "K", "seed")
+
+
+def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
+    parser = build_parser(spec.prog, spec.description, spec.presets, **spec.parser_options)
+    args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
+    try:
+        points = spec.validate(args.values)
+        check_out_dir(args, spec.experiment)
+        loaded, data = spec.load(args)
+        print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
+              f"{args['epochs']} epochs each -> {args.out}", flush=True)
+        init_ray(args.address)
+        from ray import tune
+
+        resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
+        grid = run_tuner(args, spec.experiment,
+                         tune.with_parameters(spec.trainable(), **loaded),
+                         spec.param_space(args.values, points), resources,
+                         param_keys=spec.param_keys(), n_trials=len(points))
+        df = results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns())
+        if spec.extra_rows is not None:
+            df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
+        written = write_outputs(args, spec.experiment, df)
+    except SweepError as exc:
+        fail(str(exc))
+    summary(df, spec.summary_columns)
+    for path in written:
+        print(f"wrote {path}")
+    return 0 if all_ok(df) else 1
+
+
+def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    """Each trial's reported row (its selected epoch), sorted by its grid point."""
+    rows = df[df["selected"]] if "selected" in df.columns else df
+    cols = [c for c in columns if c in rows.columns]
+    keys = [c for c in ("method", "sigma", "train_split", "lam", "K", "seed") if c in cols]
+    print(rows[cols].sort_values(keys).to_string(index=False,
+                                                 float_format=lambda v: f"{v:.3f}"))
+
+
+def main_of(spec: GridSpec) -> Callable[[list[str] | None], int]:
+    def main(argv: list[str] | None = None) -> int:
+        return run_grid(spec, argv)
+    return main
+
+
+if __name__ == "__main__":
+    sys.exit("run a driver: sweeps/digits_grid.py, german_grid.py or imdb_grid.py")

@@ -1,0 +1,145 @@
+"""The method registry (DomainBed style): every method behind one interface."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.fixtures.record_mi_backprop import CASES, run
+from unbiased.methods import ERM, METHODS, make_method, method_config
+from unbiased.methods.hsic import hsic
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_mi_backprop_matches_its_metrics_before_the_registry():
+    # Recorded with Algorithm1 as it was in unbiased/train.py before the move (c8e5eb6).
+    before = json.loads((FIXTURES / "mi_backprop_before_registry.json").read_text())
+    after = run(lambda bench, values, seed: make_method("mi_backprop", bench, values, seed))
+    assert set(after) == set(CASES)
+    for case, rows in before.items():
+        for epoch, (old, new) in enumerate(zip(rows, after[case], strict=True), 1):
+            for key, value in old.items():
+                assert new[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (case, epoch, key)
+
+
+def _tiny_bench(grey_digits, n_train=256, n_test=128):
+    from unbiased.benchmarks.colored_mnist import GreyDigits, build
+
+    d = grey_digits
+    digits = GreyDigits(d.train_x[:n_train], d.train_y[:n_train], d.test_x[:n_test],
+                        d.test_y[:n_test], "mnist5k")
+    return build(digits, 0.02, seed=0)
+
+
+VALUES = {"batch_size": 64, "lr": 1e-3, "mine_lr": 1e-3, "K": 2, "inner_z": "batch"}
+
+
+def _weights(algo: ERM) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in [*algo.g.parameters(), *algo.f.parameters()]]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_lam_zero_is_plain_erm_and_lam_one_is_not(method, grey_digits):
+    torch.set_num_threads(1)
+    bench = _tiny_bench(grey_digits)
+    erm = ERM(bench, method_config("hsic", {**VALUES, "lam": 0.0}), seed=3)
+    erm.run_epoch()
+    zero = make_method(method, bench, {**VALUES, "lam": 0.0}, seed=3)
+    zero.run_epoch()
+    one = make_method(method, bench, {**VALUES, "lam": 1.0}, seed=3)
+    one.run_epoch()
+    for a, b in zip(_weights(erm), _weights(zero), strict=True):
+        assert torch.equal(a, b)
+    assert any(not torch.equal(a, b) for a, b in zip(_weights(erm), _weights(one),
+                                                       strict=True))
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_resume_from_state_dict_continues_exactly(method, grey_digits):
+    torch.set_num_threads(1)
+    bench = _tiny_bench(grey_digits)
+    straight = make_method(method, bench, {**VALUES, "lam": 1.0}, seed=1)
+    straight.run_epoch()
+    state = straight.state_dict()
+    straight.run_epoch()
+    resumed = make_method(method, bench, {**VALUES, "lam": 1.0}, seed=99)
+    resumed.load_state_dict(state)
+    resumed.run_epoch()
+    assert resumed.epoch == straight.epoch == 2
+    for a, b in zip(_weights(straight), _weights(resumed), strict=True):
+        assert torch.equal(a, b)
+    assert state["method"] == method
+
+
+def test_bias_targets_of_each_benchmark_layout():
+    from unbiased.benchmarks.colored_mnist import C_BINS, colour_attribute
+    from unbiased.data import bias_targets
+
+    colours = torch.tensor([[0.0, 0.5, 0.99], [0.2, 0.9, 0.1]])
+    targets = bias_targets(colour_attribute(colours), (C_BINS,) * 3)  # one-hot blocks
+    assert targets.tolist() == [[0, 4, 7], [1, 7, 0]]
+    young = torch.tensor([[1.0], [0.0], [1.0]])  # German: one column, the class index
+    assert bias_targets(young, (2,)).tolist() == [[1], [0], [1]]
+    with pytest.raises(ValueError, match="columns"):
+        bias_targets(torch.zeros(2, 5), (2,))
+
+
+def test_hsic_is_near_zero_for_independent_and_positive_for_dependent_z():
+    gen = torch.Generator().manual_seed(0)
+    c = torch.nn.functional.one_hot(torch.randint(4, (512,), generator=gen), 4).float()
+    independent = torch.randn(512, 8, generator=gen)
+    dependent = independent + 3 * c @ torch.randn(4, 8, generator=gen)
+    low, high = hsic(independent, c), hsic(dependent, c)
+    assert float(low) < 0.002 < float(high)
+
+
+def test_gradient_reversal_sends_minus_lam_times_the_head_gradient():
+    from unbiased.methods.grad_reversal import reverse_gradient
+
+    z = torch.randn(5, 3, requires_grad=True)
+    (reverse_gradient(z, 0.7) * torch.arange(3.0)).sum().backward()
+    assert torch.allclose(z.grad, -0.7 * torch.arange(3.0).expand(5, 3))
+
+
+def test_unknown_method_and_bad_settings_are_named():
+    with pytest.raises(ValueError, match="unknown method 'ermm'"):
+        method_config("ermm", {})
+    with pytest.raises(ValueError, match="head_hidden must be >= 0"):
+        method_config("confusion", {"head_hidden": -1})
+    with pytest.raises(ValueError, match="hsic_bandwidth"):
+        method_config("hsic", {"hsic_bandwidth": 0.0})
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_each_method_trains_under_ray_reports_every_metric_and_resumes(method, ray_local,
+                                                                      tiny_digits, tmp_path):
+    from ray import tune
+
+    from trainables.digits import train_digits
+
+    config = {"method": method, "sigma": 0.02, "lam": 1.0, "K": 2, "seed": 0, "epochs": 2,
+              "batch_size": 64, "lr": 1e-3, "mine_lr": 1e-3, "inner_z": "batch",
+              "device": "cpu", "num_threads": 1, "mi_eval_steps": 20, "fail_once_at_epoch": 2}
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(train_digits, digits=tiny_digits),
+                            {"cpu": 1}),
+        param_space=config,
+        run_config=tune.RunConfig(name="m", storage_path=str(tmp_path), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=1)))
+    [result] = tuner.fit()
+    assert result.error is None
+    df = result.metrics_dataframe.sort_values("epoch")
+    assert list(df["epoch"]) == [1, 2]
+    assert list(df["start_epoch"]) == [1, 2]  # the restarted attempt began at epoch 2
+    for col in ("train_acc", "test_acc", "loss_task", "penalty", "time_s"):
+        assert df[col].map(math.isfinite).all(), col
+    assert df["train_acc"].between(0, 1).all() and df["time_s"].gt(0).all()
+    last = df.iloc[-1]
+    assert math.isfinite(last["mi_eval"]) and math.isfinite(last["mi_eval_cond"])
+    has_mi = METHODS[method].has_mi_estimator
+    assert df["mi"].map(math.isfinite).all() == has_mi

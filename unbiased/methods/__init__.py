@@ -1,0 +1,56 @@
+"""Debiasing methods behind one interface (DomainBed's `algorithms.py` style).
+
+A method is a class in its own module: `ERM` (methods/base.py) trains g and f on the task,
+a method overrides `update` (one mini-batch) and adds its own modules and `Config` dataclass
+(its hyper-parameters with defaults). `METHODS` maps the name a sweep's `--method` takes to
+the class; `make_method` builds one from a flat config dict (a trial's config).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import torch
+
+from unbiased.data import Benchmark
+from unbiased.methods.base import ERM, EpochStats, TrainConfig
+from unbiased.methods.confusion import Confusion
+from unbiased.methods.grad_reversal import BiasHeadConfig, GradReversal
+from unbiased.methods.hsic import HSIC, HSICConfig
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
+
+METHODS: dict[str, type[ERM]] = {
+    "mi_backprop": MIBackprop,
+    "grad_reversal": GradReversal,
+    "confusion": Confusion,
+    "hsic": HSIC,
+}
+DEFAULT_METHOD = "mi_backprop"
+
+__all__ = ["METHODS", "DEFAULT_METHOD", "ERM", "EpochStats", "TrainConfig", "MIBackprop",
+           "MIBackpropConfig", "GradReversal", "BiasHeadConfig", "Confusion", "HSIC",
+           "HSICConfig", "method_class", "method_config", "make_method", "config_keys"]
+
+
+def method_class(name: str) -> type[ERM]:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def config_keys(name: str) -> tuple[str, ...]:
+    """The config fields of one method (its Config dataclass)."""
+    return tuple(f.name for f in fields(method_class(name).Config))
+
+
+def method_config(name: str, values: dict) -> TrainConfig:
+    """The method's Config from the keys of `values` it has (others are left out), validated:
+    a ValueError names every bad field."""
+    cls = method_class(name)
+    keys = set(config_keys(name))
+    return cls.Config(**{k: v for k, v in values.items() if k in keys}).validate()
+
+
+def make_method(name: str, bench: Benchmark, values: dict, seed: int,
+                device: torch.device | str = "cpu") -> ERM:
+    return method_class(name)(bench, method_config(name, values), seed, device)

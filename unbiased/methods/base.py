@@ -1,0 +1,258 @@
+"""What every method shares: g (features) and f (classifier) trained on the task, one epoch
+at a time, plus evaluation and checkpoint state. `ERM` is the base class (DomainBed's style):
+a method overrides `update` (one mini-batch) and, when it has modules of its own,
+`extra_state` / `load_extra_state`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit
+from unbiased.models import linear_classifier
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters every method has. `lam` weighs the method's bias penalty; at 0 every
+    method trains g and f by plain ERM."""
+
+    lam: float = 1.0
+    batch_size: int = 1024
+    lr: float = 1e-4  # Adam on g and f
+    # Rows per forward pass when g runs over a whole split (evaluation, z bank): large for
+    # small inputs, small for images (a ResNet-50 batch of 4096 would not fit).
+    eval_batch_size: int = 4096
+    # Speed options, off by default (measured in bench/RESULTS.md). `amp`: g runs under bf16
+    # autocast (z, f, MINE and every loss stay fp32). `compile`: torch.compile g (and T) in
+    # place (state_dict keys unchanged). `channels_last`: g's weights and 4-d tensor inputs in
+    # channels-last memory format (conv backbones).
+    amp: bool = False
+    compile: bool = False
+    channels_last: bool = False
+
+    def problems(self) -> list[str]:
+        """What is wrong with these values, one phrase per field (empty when valid)."""
+        problems = []
+        if not (self.lam >= 0 and math.isfinite(self.lam)):
+            problems.append(f"lam must be >= 0, got {self.lam}")
+        if self.batch_size < 2:
+            problems.append(f"batch_size must be >= 2, got {self.batch_size}")
+        if not self.lr > 0:
+            problems.append(f"lr must be > 0, got {self.lr}")
+        if self.eval_batch_size < 1:
+            problems.append(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        return problems
+
+    def validate(self):
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+@dataclass
+class EpochStats:
+    epoch: int
+    loss_task: float
+    penalty: float  # mean of the method's bias term over the epoch's batches (method docs)
+    time_s: float
+    mi_batch: float = math.nan  # mi_backprop: mean L_ne seen by the theta steps
+
+
+class ERM:
+    """g and f by Adam on the task loss. Every sampling decision (batch order, and a
+    method's own shuffles) comes from one generator on the training device, so a run is
+    reproducible and resumable from its saved state."""
+
+    name: ClassVar[str] = "erm"
+    Config: ClassVar[type[TrainConfig]] = TrainConfig
+    has_mi_estimator: ClassVar[bool] = False  # reports `mi` / `mi_batch` of its own
+
+    def __init__(self, bench: Benchmark, cfg: TrainConfig, seed: int,
+                 device: torch.device | str = "cpu"):
+        self.cfg = cfg.validate()
+        self.bench = bench
+        self.device = torch.device(device)
+        torch.manual_seed(seed)
+        self.g = bench.make_features().to(self.device)
+        if cfg.channels_last:
+            self.g = self.g.to(memory_format=torch.channels_last)
+            self.bench = bench = _channels_last(bench)  # once: x[idx] keeps the format
+        self.f = linear_classifier(bench.z_dim, bench.num_classes).to(self.device)
+        # Fused optimiser kernels: one call per step instead of several per tensor.
+        self.fused = self.device.type in ("cpu", "cuda")
+        self.model_opt = torch.optim.Adam([*self.g.parameters(), *self.f.parameters()],
+                                          lr=cfg.lr, fused=self.fused)
+        if cfg.compile:
+            # Methods that backpropagate twice through one graph (retain_graph=True) need
+            # donated buffers off for compiled backwards (process-wide).
+            torch._functorch.config.donated_buffer = False
+            self.g.compile()
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.epoch = 0
+        self.last_train_z: torch.Tensor | None = None  # training z of the last evaluate()
+
+    # -- training -------------------------------------------------------------------------
+    def _permutation(self, n: int) -> torch.Tensor:
+        return torch.randperm(n, generator=self.gen, device=self.gen.device).to(self.device)
+
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
+        """z = g(x), under bf16 autocast when `amp` is on (z comes back as fp32)."""
+        if not self.cfg.amp:
+            return self.g(x)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            return self.g(x).float()
+
+    def start_epoch(self) -> None:
+        """Called before the first batch of every epoch."""
+
+    def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
+               train: Split) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step on one mini-batch (`rows`: its training-set rows). Returns detached
+        (task loss, penalty) tensors: no device sync per step."""
+        loss_task = F.cross_entropy(self.f(self._features(x)), y)
+        self.model_opt.zero_grad(set_to_none=True)
+        loss_task.backward()
+        self.model_opt.step()
+        return loss_task.detach(), torch.zeros((), device=self.device)
+
+    def run_epoch(self, train: Split | None = None) -> EpochStats:
+        train = train if train is not None else self.bench.train
+        self.last_train_z = None
+        start = time.perf_counter()
+        for module in self.modules().values():
+            module.train()
+        order = self._permutation(len(train))
+        self.start_epoch()
+        bs = self.cfg.batch_size
+        losses, penalties = [], []
+        for step, (x, y, c) in enumerate(train.batches(bs, order)):
+            if len(y) < 2:  # a shuffle (and a batch statistic) needs two rows
+                continue
+            loss_task, penalty = self.update(x, y, c, order[step * bs:(step + 1) * bs], train)
+            losses.append(loss_task)
+            penalties.append(penalty)
+        self.epoch += 1
+        return self.epoch_stats(_mean_t(losses), _mean_t(penalties),
+                                time.perf_counter() - start)
+
+    def epoch_stats(self, loss_task: float, penalty: float, time_s: float) -> EpochStats:
+        return EpochStats(self.epoch, loss_task, penalty, time_s)
+
+    # -- evaluation -----------------------------------------------------------------------
+    def modules(self) -> dict[str, nn.Module]:
+        """Every trained module by name (train/eval mode, checkpoints)."""
+        return {"g": self.g, "f": self.f}
+
+    @torch.no_grad()
+    def outputs(self, split: Split) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z, logits) for a whole split, in eval mode, in chunks of eval_batch_size."""
+        self.g.eval()
+        self.f.eval()
+        z = torch.cat([self._features(x) for x, _, _ in
+                       split.batches(self.cfg.eval_batch_size)])
+        return z, self.f(z)
+
+    def train_mi(self, z: torch.Tensor) -> float:
+        """MI of the training z with c by the method's own estimator; NaN when it has none
+        (`mi_eval`, measured by the trainable for every method, is the common measure)."""
+        return math.nan
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """train_acc, mi (`train_mi`), one accuracy per evaluation split and the benchmark's
+        extra metrics."""
+        z, logits = self.outputs(self.bench.train)
+        self.last_train_z = z  # for mi_eval of this epoch without a second pass over the set
+        pred = logits.argmax(1)
+        metrics = {"train_acc": _acc(pred, self.bench.train.y), "mi": self.train_mi(z)}
+        outs = {"train": SplitOutputs(pred, self.bench.train.y, self.bench.train.c)}
+        for name, split in self.bench.eval_splits.items():
+            _, logits_e = self.outputs(split)
+            pred_e = logits_e.argmax(1)
+            metrics[name] = _acc(pred_e, split.y)
+            outs[name] = SplitOutputs(pred_e, split.y, split.c)
+        for fn in self.bench.extra_metrics:
+            metrics.update(fn(outs))
+        return metrics
+
+    def train_features(self) -> torch.Tensor:
+        return self.outputs(self.bench.train)[0]
+
+    # -- checkpointing --------------------------------------------------------------------
+    def extra_state(self) -> dict:
+        """The method's own modules and optimisers (beyond g, f and their Adam)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        """A snapshot (deep copy): later training does not change it."""
+        return copy.deepcopy({
+            "method": self.name, "epoch": self.epoch, "g": self.g.state_dict(),
+            "f": self.f.state_dict(), "model_opt": self.model_opt.state_dict(),
+            "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "cfg": asdict(self.cfg), **self.extra_state()})
+
+    def load_state_dict(self, state: dict) -> None:
+        self.g.load_state_dict(state["g"])
+        self.f.load_state_dict(state["f"])
+        self.model_opt.load_state_dict(state["model_opt"])
+        self.load_extra_state(state)
+        self.gen.set_state(state["gen"])
+        torch.set_rng_state(state["torch_rng"])
+        self.epoch = int(state["epoch"])
+
+
+class BiasHead(nn.Module):
+    """h(z): logits of the bias attribute's classes, one group per head (Colored MNIST: 3
+    colour channels x 8 bins; German: young or not; IMDB: 21 age bins)."""
+
+    def __init__(self, z_dim: int, classes: tuple[int, ...], hidden: int = 64):
+        super().__init__()
+        if not classes:
+            raise ValueError("this benchmark has no bias classes (Benchmark.bias_classes) for "
+                             "a bias head")
+        self.classes = tuple(classes)
+        layers: list[nn.Module] = [nn.Linear(z_dim, hidden), nn.ReLU()] if hidden else []
+        layers.append(nn.Linear(hidden or z_dim, sum(self.classes)))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z: torch.Tensor) -> list[torch.Tensor]:
+        return list(self.net(z).split(self.classes, dim=1))
+
+
+def bias_cross_entropy(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Mean over heads of the cross-entropy of each head with its column of `targets`."""
+    return torch.stack([F.cross_entropy(lg, targets[:, i])
+                        for i, lg in enumerate(logits)]).mean()
+
+
+def _acc(pred: torch.Tensor, y: torch.Tensor) -> float:
+    return float((pred == y).float().mean())
+
+
+def _mean_t(values: list[torch.Tensor]) -> float:
+    return float(torch.stack(values).double().mean()) if values else float("nan")
+
+
+def _channels_last(bench: Benchmark) -> Benchmark:
+    """The benchmark with 4-d tensor inputs converted to channels-last once (a copy)."""
+    def convert(split: Split) -> Split:
+        if not isinstance(split, TensorSplit) or split.x.dim() != 4:
+            return split
+        return TensorSplit(split.x.contiguous(memory_format=torch.channels_last), split.y,
+                           split.c)
+    return dataclasses.replace(bench, train=convert(bench.train),
+                               eval_splits={k: convert(v) for k, v in bench.eval_splits.items()})

@@ -1,0 +1,98 @@
+"""grad_reversal: an adversarial bias head through a gradient reversal layer (Ganin &
+Lempitsky, ICML 2015; the spirit of Kim et al., CVPR 2019, "Learning Not to Learn").
+
+A head h on z predicts the bias classes c and is trained on its cross-entropy; the same
+backward pass sends that cross-entropy's gradient to g reversed and scaled by lam. So g
+descends L_task - lam * CE(h(z), c): lam weighs how much g works to make the bias
+unpredictable from z against the task loss. At lam = 0 g and f are trained by plain ERM (the
+head still learns, on detached z).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from unbiased.data import Benchmark, Split, bias_targets
+from unbiased.methods.base import ERM, BiasHead, TrainConfig, bias_cross_entropy
+
+
+@dataclass
+class BiasHeadConfig(TrainConfig):
+    """A bias head h(z) -> bias class logits."""
+
+    head_hidden: int = 64  # hidden units of h (0 = a linear head)
+    head_lr: float | None = None  # Adam learning rate of h; None = lr
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.head_hidden < 0:
+            problems.append(f"head_hidden must be >= 0, got {self.head_hidden}")
+        if self.head_lr is not None and not self.head_lr > 0:
+            problems.append(f"head_lr must be > 0 or None, got {self.head_lr}")
+        return problems
+
+
+class _Reverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return z.view_as(z)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return -ctx.scale * grad, None
+
+
+def reverse_gradient(z: torch.Tensor, scale: float) -> torch.Tensor:
+    """Identity forward; backward multiplies the gradient by -scale."""
+    return _Reverse.apply(z, scale)
+
+
+class HeadMethod(ERM):
+    """ERM plus a bias head with its own Adam (grad_reversal, confusion)."""
+
+    cfg: BiasHeadConfig
+
+    def __init__(self, bench: Benchmark, cfg: BiasHeadConfig, seed: int,
+                 device: torch.device | str = "cpu"):
+        super().__init__(bench, cfg, seed, device)
+        self.head = BiasHead(bench.z_dim, bench.bias_classes, cfg.head_hidden).to(self.device)
+        self.head_opt = torch.optim.Adam(self.head.parameters(), lr=cfg.head_lr or cfg.lr,
+                                         fused=self.fused)
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {**super().modules(), "head": self.head}
+
+    def targets(self, c: torch.Tensor) -> torch.Tensor:
+        return bias_targets(c, self.bench.bias_classes)
+
+    def extra_state(self) -> dict:
+        return {"head": self.head.state_dict(), "head_opt": self.head_opt.state_dict()}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.head.load_state_dict(state["head"])
+        self.head_opt.load_state_dict(state["head_opt"])
+
+
+class GradReversal(HeadMethod):
+    """penalty: the head's bias cross-entropy (higher = z tells less about c)."""
+
+    name = "grad_reversal"
+    Config = BiasHeadConfig
+
+    def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
+               train: Split) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self._features(x)
+        loss_task = F.cross_entropy(self.f(z), y)
+        z_head = z.detach() if self.cfg.lam == 0 else reverse_gradient(z, self.cfg.lam)
+        loss_bias = bias_cross_entropy(self.head(z_head), self.targets(c))
+        self.model_opt.zero_grad(set_to_none=True)
+        self.head_opt.zero_grad(set_to_none=True)
+        (loss_task + loss_bias).backward()
+        self.model_opt.step()
+        self.head_opt.step()
+        return loss_task.detach(), loss_bias.detach()

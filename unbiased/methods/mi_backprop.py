@@ -1,0 +1,267 @@
+"""mi_backprop: Algorithm 1 of the paper (Ragonesi et al., ECCV 2020).
+
+Per outer step: K gradient-ascent steps on phi (MINE's statistics network T) for
+L_ne = DV bound of I(z; c), then one step of theta (g) on L_task + lam * L_ne and of psi (f)
+on L_task. lam weighs the MI estimate in nats against the task loss. With lam = 0 g and f are
+trained by plain ERM while MINE still trains alongside, so every model's MI is measured the
+same way (the paper's Fig. 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from unbiased.data import Benchmark, Split
+from unbiased.methods.base import ERM, EpochStats, TrainConfig
+from unbiased.mine import MINE, estimate_mi
+
+INNER_Z_MODES: tuple[str, ...] = ("fresh", "batch", "bank")
+MINE_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
+THETA_UPDATES: tuple[str, ...] = ("separate", "joint")
+
+
+@dataclass
+class MIBackpropConfig(TrainConfig):
+    """Algorithm 1's own hyper-parameters (besides lam, batch_size, lr)."""
+
+    K: int = 80  # MINE steps per outer step
+    mine_lr: float = 1e-4
+    mine_optimizer: str = "adam"
+    # Where the K inner steps get z: "fresh" = new mini-batches through g without grad, as
+    # Algorithm 1 states; "batch" = the current batch's z (computed once) with new shuffles;
+    # "bank" = new mini-batches drawn from a bank of z of the whole training set, computed
+    # without grad and recomputed every `bank_refresh` outer steps (and at each epoch start).
+    # Theta is fixed during the K steps, so with bank_refresh = 1 "bank" equals "fresh".
+    inner_z: str = "fresh"
+    bank_refresh: int = 10
+    # "bank" only: None = z of the whole training set; N = z of a random pool of N training
+    # rows, drawn anew at each refresh, so a refresh costs N forwards instead of len(train).
+    bank_size: int | None = None
+    # The authors' code rescales the MI gradient of each theta tensor to norm
+    # min(|g_task|, |g_MI|) so the unbounded MI term cannot swamp the task gradient.
+    rescale_mi_grad: bool = True
+    # How theta takes the two gradients. "separate" (the authors' digit_model.py): the task
+    # gradient through Adam(lr), the (rescaled) MI gradient through a second Adam(lr * lam)
+    # with its own moments, so the penalty keeps a step size of its own however small its
+    # gradient gets. "joint": one Adam step on g_task + lam * g_MI; with rescaling the MI
+    # part can never outgrow the task gradient, which shrinks as the task is fitted, and on
+    # full MNIST the penalty then fades (README, "Measured").
+    theta_update: str = "separate"
+    # MINE's bias-corrected gradient (moving average of E[exp T]); None = plain DV gradient.
+    mine_ema_rate: float | None = None
+    mine_hidden: int = 64
+    mine_hidden_layers: int = 2
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.K < 1:
+            problems.append(f"K must be >= 1, got {self.K}")
+        if not self.mine_lr > 0:
+            problems.append(f"mine_lr must be > 0, got {self.mine_lr}")
+        if self.mine_optimizer not in MINE_OPTIMIZERS:
+            problems.append(f"mine_optimizer must be one of {MINE_OPTIMIZERS}, "
+                            f"got {self.mine_optimizer!r}")
+        if self.bank_refresh < 1:
+            problems.append(f"bank_refresh must be >= 1, got {self.bank_refresh}")
+        if self.bank_size is not None and self.bank_size < 2:
+            problems.append(f"bank_size must be >= 2 or None, got {self.bank_size}")
+        if self.inner_z not in INNER_Z_MODES:
+            problems.append(f"inner_z must be one of {INNER_Z_MODES}, got {self.inner_z!r}")
+        if self.theta_update not in THETA_UPDATES:
+            problems.append(f"theta_update must be one of {THETA_UPDATES}, "
+                            f"got {self.theta_update!r}")
+        if self.mine_ema_rate is not None and not 0 < self.mine_ema_rate <= 1:
+            problems.append(f"mine_ema_rate must be in (0, 1], got {self.mine_ema_rate}")
+        if self.mine_hidden < 1 or self.mine_hidden_layers < 1:
+            problems.append(f"mine_hidden and mine_hidden_layers must be >= 1, got "
+                            f"{self.mine_hidden} and {self.mine_hidden_layers}")
+        return problems
+
+
+class MIBackprop(ERM):
+    """g, f and MINE with their optimisers; `state_dict` holds everything needed to resume
+    exactly."""
+
+    name = "mi_backprop"
+    Config = MIBackpropConfig
+    has_mi_estimator = True
+    cfg: MIBackpropConfig
+
+    def __init__(self, bench: Benchmark, cfg: MIBackpropConfig, seed: int,
+                 device: torch.device | str = "cpu"):
+        super().__init__(bench, cfg, seed, device)
+        self.mine = MINE(bench.z_dim, bench.c_dim, cfg.mine_hidden, cfg.mine_hidden_layers,
+                         cfg.mine_ema_rate).to(self.device)
+        # "separate": theta's MI gradient gets an Adam of its own (lr * lam), as the authors'.
+        self.mi_opt: torch.optim.Optimizer | None = None
+        if cfg.theta_update == "separate" and cfg.lam > 0:
+            self.mi_opt = torch.optim.Adam(self.g.parameters(), lr=cfg.lr * cfg.lam,
+                                           fused=self.fused)
+        if cfg.mine_optimizer == "adam":
+            self.mine_opt: torch.optim.Optimizer = torch.optim.Adam(
+                self.mine.parameters(), lr=cfg.mine_lr, fused=self.fused)
+        else:
+            self.mine_opt = torch.optim.SGD(self.mine.parameters(), lr=cfg.mine_lr,
+                                            fused=self.fused)
+        if cfg.compile:
+            self.mine.T.compile()
+        self._bank: torch.Tensor | None = None
+        self._bank_c: torch.Tensor | None = None
+        self._bank_rows: torch.Tensor | None = None  # the pool's rows; None = the whole set
+        self._bank_age = 0
+        self._inner_pick: torch.Tensor | None = None  # rows of the last inner batch
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {**super().modules(), "mine": self.mine}
+
+    # -- the K inner steps ----------------------------------------------------------------
+    def _indices(self, n: int, size: int) -> torch.Tensor:
+        # Sampling with replacement: O(size) instead of a permutation of the whole set.
+        return torch.randint(n, (size,), generator=self.gen,
+                             device=self.gen.device).to(self.device)
+
+    def _refresh_bank(self, train: Split) -> None:
+        size, chunk = self.cfg.bank_size, self.cfg.eval_batch_size
+        if size is None or size >= len(train):
+            self._bank_rows, self._bank_c = None, train.c
+            batches = train.batches(chunk)
+        else:  # a pool: `size` distinct rows, drawn anew at each refresh
+            self._bank_rows = self._permutation(len(train))[:size]
+            self._bank_c = train.c[self._bank_rows]
+            batches = train.batches(chunk, self._bank_rows)
+        with torch.no_grad():
+            self._bank = torch.cat([self._features(x) for x, _, _ in batches])
+        self._bank_age = 0
+
+    def last_inner_rows(self) -> torch.Tensor | None:
+        """Training-set rows of the last inner MINE batch (a test compares its z with a fresh
+        forward of the same rows)."""
+        pick = self._inner_pick
+        if self.cfg.inner_z == "bank" and pick is not None and self._bank_rows is not None:
+            return self._bank_rows[pick]
+        return pick
+
+    def _inner_batches(self, train: Split, z_batch: torch.Tensor | None,
+                       c_batch: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The K (z, c) pairs of the inner MINE steps, each drawn just before its step."""
+        mode = self.cfg.inner_z
+        if mode == "bank" and (self._bank is None or self._bank_age >= self.cfg.bank_refresh):
+            self._refresh_bank(train)
+        for _ in range(self.cfg.K):
+            if mode == "batch":
+                yield z_batch, c_batch
+                continue
+            # a new mini-batch: from the bank (whole set or pool), or through g without grad
+            if mode == "bank":
+                pick = self._indices(len(self._bank), len(c_batch))
+                self._inner_pick = pick
+                yield self._bank[pick], self._bank_c[pick]
+                continue
+            idx = self._indices(len(train), len(c_batch))
+            self._inner_pick = idx
+            [(x, _, c)] = list(train.batches(len(idx), idx))
+            with torch.no_grad():
+                z = self._features(x)
+            yield z, c
+
+    def _mine_steps(self, train: Split, z_batch: torch.Tensor | None,
+                    c_batch: torch.Tensor) -> None:
+        for z, c in self._inner_batches(train, z_batch, c_batch):
+            loss, _ = self.mine.phi_loss(z, c, self.gen)
+            self.mine_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.mine_opt.step()
+        self._bank_age += 1
+
+    # -- one outer step -------------------------------------------------------------------
+    def start_epoch(self) -> None:
+        self._bank = None  # recomputed at the first step: a resumed run matches a straight one
+
+    def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
+               train: Split) -> tuple[torch.Tensor, torch.Tensor]:
+        self._inner_pick = rows
+        if self.cfg.inner_z == "batch":
+            # One forward with grad; its detached z feeds the K MINE steps and the graph is
+            # reused by the theta step (theta does not move during the inner loop).
+            z = self._features(x)
+            self._mine_steps(train, z.detach(), c)
+        else:
+            self._mine_steps(train, None, c)
+            z = self._features(x)
+        return self._model_step(y, c, z)
+
+    def _model_step(self, y: torch.Tensor, c: torch.Tensor, z: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.f(z)
+        loss_task = F.cross_entropy(logits, y)
+        theta = [p for p in self.g.parameters() if p.requires_grad]
+        psi = [p for p in self.f.parameters() if p.requires_grad]
+        self.model_opt.zero_grad(set_to_none=True)
+        if self.cfg.lam == 0:
+            loss_task.backward()
+            with torch.no_grad():
+                mi = self.mine.lower_bound(z.detach(), c, self.gen)
+            self.model_opt.step()
+            return loss_task.detach(), mi
+        mi = self.mine.lower_bound(z, c, self.gen)
+        g_task = torch.autograd.grad(loss_task, theta + psi, retain_graph=True)
+        # Only theta's MI gradient is taken: phi is trained by ascent alone, psi by L_task.
+        g_mi = torch.autograd.grad(mi, theta, allow_unused=True)
+        for p, gt in zip(psi, g_task[len(theta):], strict=True):
+            p.grad = gt
+        if self.mi_opt is None:  # "joint": one Adam step on the sum
+            for p, gt, gm in zip(theta, g_task[:len(theta)], g_mi, strict=True):
+                p.grad = gt if gm is None else combine_grads(gt, gm, self.cfg.lam,
+                                                             self.cfg.rescale_mi_grad)
+            self.model_opt.step()
+            return loss_task.detach(), mi.detach()
+        # "separate": both gradients are taken at the same theta (the authors' code takes the
+        # MI one after the task step, in a second session run; one forward serves both here).
+        for p, gt in zip(theta, g_task[:len(theta)], strict=True):
+            p.grad = gt
+        self.model_opt.step()
+        self.mi_opt.zero_grad(set_to_none=True)
+        for p, gt, gm in zip(theta, g_task[:len(theta)], g_mi, strict=True):
+            if gm is not None:
+                p.grad = rescaled_mi_grad(gt, gm) if self.cfg.rescale_mi_grad else gm
+        self.mi_opt.step()
+        return loss_task.detach(), mi.detach()
+
+    def epoch_stats(self, loss_task: float, penalty: float, time_s: float) -> EpochStats:
+        return EpochStats(self.epoch, loss_task, penalty, time_s, mi_batch=penalty)
+
+    # -- evaluation and state -------------------------------------------------------------
+    def train_mi(self, z: torch.Tensor) -> float:
+        """DV bound with the current T on the whole training set."""
+        return estimate_mi(self.mine, z, self.bench.train.c, self.cfg.batch_size,
+                           generator=self.gen)
+
+    def extra_state(self) -> dict:
+        return {"mine": self.mine.state_dict(), "mine_opt": self.mine_opt.state_dict(),
+                "mi_opt": None if self.mi_opt is None else self.mi_opt.state_dict()}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.mine.load_state_dict(state["mine"])
+        self.mine_opt.load_state_dict(state["mine_opt"])
+        if self.mi_opt is not None and state.get("mi_opt") is not None:
+            self.mi_opt.load_state_dict(state["mi_opt"])
+
+
+def combine_grads(g_task: torch.Tensor, g_mi: torch.Tensor, lam: float,
+                  rescale: bool) -> torch.Tensor:
+    """g_task + lam * g_mi for one theta tensor; with `rescale`, g_mi is first scaled to norm
+    min(|g_task|, |g_mi|) (the authors' code), keeping its direction."""
+    if rescale:
+        g_mi = rescaled_mi_grad(g_task, g_mi)
+    return g_task + lam * g_mi
+
+
+def rescaled_mi_grad(g_task: torch.Tensor, g_mi: torch.Tensor) -> torch.Tensor:
+    """g_mi scaled to norm min(|g_task|, |g_mi|), its direction kept (the authors' code)."""
+    mi_norm = g_mi.norm()
+    return g_mi * (torch.minimum(g_task.norm(), mi_norm) / (mi_norm + 1e-12))
