@@ -1,6 +1,7 @@
-"""The paper's Fig. 3 (MI, test and train accuracy vs epoch, one line per lambda), a
-K-ablation figure and, for fairness benchmarks (German), test accuracy and equality of
-opportunity vs lambda, drawn with matplotlib's Agg canvas (no pyplot, no display).
+"""The paper's Fig. 3 (MI, test and train accuracy vs epoch, one line per lambda) per method,
+a methods figure (one curve per method vs lambda), a K-ablation figure and, for fairness
+benchmarks (German), test accuracy and equality of opportunity vs lambda, drawn with
+matplotlib's Agg canvas (no pyplot, no display).
 
 Curves are means over the kept (non-diverged) seeds of a lambda, shaded between the seeds'
 min and max.
@@ -23,6 +24,9 @@ from analysis.selection import LowestMI, NoCandidateError, SelectionRule
 PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
                                        ("test_acc", "test accuracy"),
                                        ("train_acc", "train accuracy"))
+# Methods without an MI estimator of their own (mi is NaN) show their own penalty instead.
+PENALTY_PANELS: tuple[tuple[str, str], ...] = (("penalty", "the method's penalty"),
+                                               *PANELS[1:])
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -61,21 +65,24 @@ def _subgroups(frame: pd.DataFrame) -> list[tuple[tuple[object, ...], pd.DataFra
     return out
 
 
-def curves_figure(rows: pd.DataFrame, bench: str, K: int) -> Figure:
-    """Fig. 3 for one (benchmark, K): one row per sigma / train split, columns MI, test acc,
-    train acc vs epoch, one line per lambda. `rows` are the per-epoch rows of kept trials."""
+def curves_figure(rows: pd.DataFrame, bench: str, K: int, method: str = MI_METHOD) -> Figure:
+    """Fig. 3 for one (benchmark, method, K): one row per sigma / train split, columns MI (or
+    the method's penalty when it reports no MI), test acc, train acc vs epoch, one line per
+    lambda. `rows` are the per-epoch rows of kept trials."""
     groups = _subgroups(rows)
     lams = sorted(set(rows["lam"].astype(float)))
     colors = _colors(lams)
+    has_mi = np.isfinite(rows["mi"].to_numpy(dtype=float)).any()
+    panels = PANELS if has_mi or "penalty" not in rows.columns else PENALTY_PANELS
     fig = _new_figure(13.0, 3.1 * len(groups) + 0.6)
-    axes = fig.subplots(len(groups), len(PANELS), squeeze=False)
+    axes = fig.subplots(len(groups), len(panels), squeeze=False)
     for r, (key, sub) in enumerate(groups):
         for lam in lams:
             g = sub[np.isclose(sub["lam"], lam, rtol=0.0, atol=1e-9)]
             if g.empty:
                 continue
             n_seeds = g["trial_id"].nunique()
-            for c, (metric, _) in enumerate(PANELS):
+            for c, (metric, _) in enumerate(panels):
                 stats = g.groupby("epoch")[metric].agg(["mean", "min", "max"]).sort_index()
                 ax = axes[r][c]
                 ax.plot(stats.index, stats["mean"], color=colors[lam], lw=1.8,
@@ -85,7 +92,7 @@ def curves_figure(rows: pd.DataFrame, bench: str, K: int) -> Figure:
                     ax.fill_between(stats.index, stats["min"], stats["max"], color=colors[lam],
                                     alpha=0.18, lw=0)
         label = _row_label(bench, key)
-        for c, (_, ylabel) in enumerate(PANELS):
+        for c, (_, ylabel) in enumerate(panels):
             ax = axes[r][c]
             ax.set_title(f"{label}: {ylabel}", fontsize=10)
             ax.set_xlabel("epoch")
@@ -93,7 +100,51 @@ def curves_figure(rows: pd.DataFrame, bench: str, K: int) -> Figure:
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
         axes[r][0].legend(title="λ (seeds)", fontsize=8, title_fontsize=8, loc="best")
-    fig.suptitle(f"{bench}, K={K}: mean over seeds, shaded min–max", fontsize=12)
+    what = f"K={K}" if method == MI_METHOD else method
+    fig.suptitle(f"{bench}, {what}: mean over seeds, shaded min–max", fontsize=12)
+    return fig
+
+
+METHOD_PANELS: tuple[tuple[str, str], ...] = (("test_acc", "final test accuracy"),
+                                              ("mi_eval", "final MI, fresh T (nats)"),
+                                              ("train_acc", "final train accuracy"))
+
+
+def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figure:
+    """One curve per method: final test accuracy, mi_eval and train accuracy vs lambda (mean
+    over kept seeds, error bars: std), one row per sigma / train split; the shared ERM
+    (lambda = 0) as a dashed line. `finals` are the kept final rows of every method with a
+    lambda, mi_backprop at one K."""
+    lams = sorted(set(finals.loc[finals["lam"] > 0, "lam"].astype(float)))
+    methods = sorted(set(finals["method"].astype(str)), key=lambda m: (m != MI_METHOD, m))
+    colors = _colors([float(i) for i in range(len(methods))])
+    groups = _subgroups(finals)
+    fig = _new_figure(13.0, 3.1 * len(groups) + 0.6)
+    axes = fig.subplots(len(groups), len(METHOD_PANELS), squeeze=False)
+    x = {lam: i for i, lam in enumerate(lams)}
+    for r, (key, sub) in enumerate(groups):
+        base = erm
+        for col, value in zip(_row_keys(erm), key, strict=True):
+            base = base[base[col].isna()] if pd.isna(value) else base[base[col] == value]
+        for c, (metric, ylabel) in enumerate(METHOD_PANELS):
+            ax = axes[r][c]
+            for i, method in enumerate(methods):
+                g = sub[(sub["method"] == method) & (sub["lam"] > 0)]
+                if g.empty or metric not in g.columns:
+                    continue
+                stats = g.groupby("lam")[metric].agg(["mean", "std"]).sort_index()
+                ax.errorbar([x[lam] for lam in stats.index], stats["mean"],
+                            yerr=stats["std"].fillna(0.0), marker="o", capsize=3,
+                            color=colors[float(i)], label=method)
+            if metric in base.columns and base[metric].notna().any():
+                ax.axhline(float(base[metric].mean()), ls="--", color="0.3", lw=1.2,
+                           label=f"ERM (λ=0, n={base[metric].notna().sum()})")
+            ax.set_xticks(list(x.values()), [f"{lam:g}" for lam in lams])
+            ax.set_xlabel("λ")
+            ax.set_title(f"{_row_label(bench, key)}: {ylabel}", fontsize=10)
+            ax.grid(alpha=0.3)
+        axes[r][0].legend(fontsize=8, loc="best")
+    fig.suptitle(f"{bench}: methods side by side (mean ± std over seeds)", fontsize=12)
     return fig
 
 
@@ -194,20 +245,32 @@ def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path,
     tables' lowest-MI rule, so both agree). Returns the written paths."""
     out = Path(out_dir)
     kept_all = finals[~excluded_mask(finals)]
-    kept_finals = kept_all
-    kept_finals = kept_finals[(kept_finals["method"] == MI_METHOD)
-                              & kept_finals["lam"].notna()]
-    rows = df[df["trial_id"].isin(set(kept_finals["trial_id"]))]
+    neural = kept_all[kept_all["lam"].notna()]
+    kept_finals = neural[neural["method"] == MI_METHOD]
     written: list[Path] = []
-    for bench in sorted(set(rows["benchmark"])):
-        b = rows[rows["benchmark"] == bench]
-        for K in sorted(b["K"].unique()):
-            fig = curves_figure(b[b["K"] == K], bench, int(K))
-            written.append(atomic_savefig(fig, out / f"{bench}_K{int(K)}_curves.png"))
+    for bench in sorted(set(neural["benchmark"])):
+        nb = neural[neural["benchmark"] == bench]
+        for method in sorted(set(nb["method"].astype(str))):
+            mb = nb[nb["method"] == method]
+            rows = df[df["trial_id"].isin(set(mb["trial_id"]))]
+            if method == MI_METHOD:
+                for K in sorted(rows["K"].unique()):
+                    fig = curves_figure(rows[rows["K"] == K], bench, int(K))
+                    written.append(atomic_savefig(fig, out / f"{bench}_K{int(K)}_curves.png"))
+            else:
+                fig = curves_figure(rows, bench, 0, method)
+                written.append(atomic_savefig(fig, out / f"{bench}_{method}_curves.png"))
+        if nb["method"].nunique() > 1:
+            # mi_backprop at its most common K, beside every other method
+            mi = nb[nb["method"] == MI_METHOD]
+            K = mi["K"].mode().iloc[0] if len(mi) else None
+            side = nb[(nb["method"] != MI_METHOD) | (nb["K"] == K)]
+            zero = np.isclose(side["lam"].astype(float), 0.0, rtol=0.0, atol=1e-9)
+            fig = methods_figure(side, bench, side[zero])
+            written.append(atomic_savefig(fig, out / f"{bench}_methods.png"))
         bf = kept_finals[kept_finals["benchmark"] == bench]
         if "eo" in bf.columns:
-            baselines = kept_all[(kept_all["benchmark"] == bench)
-                                 & (kept_all["method"] != MI_METHOD)]
+            baselines = kept_all[(kept_all["benchmark"] == bench) & kept_all["lam"].isna()]
             for K in sorted(bf["K"].unique()):
                 at_K = bf[bf["K"] == K]
                 if at_K["eo"].notna().any():

@@ -56,6 +56,21 @@ IMDB: list[PublishedRow] = [
 ]
 
 
+# How our rows of each method are labelled in the tables; the published rows of the same
+# competitors are "Kim et al." and "Alvi et al." (their own code and settings, not ours).
+METHOD_LABELS: dict[str, str] = {
+    "mi_backprop": "Ours",
+    "grad_reversal": "Grad. reversal, as Kim et al. (ours)",
+    "confusion": "Confusion loss, as Alvi et al. (ours)",
+    "hsic": "HSIC penalty (ours)",
+}
+
+
+def method_label(method: str) -> str:
+    """The table label of our rows of `method` (an unknown method keeps its own name)."""
+    return METHOD_LABELS.get(method, f"{method} (ours)")
+
+
 def digits_published(sigma: float) -> dict[str, tuple[float, float]] | None:
     """Published Table 1 values (row -> (mean, std)) for one sigma, or None when the paper
     has no column within 1e-6 of it."""

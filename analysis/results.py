@@ -4,9 +4,9 @@ The contract (DESIGN.md, "Results contract"): one row per trial and epoch. A tri
 is its row marked `selected` (a label-free stopping rule's epoch), else its row with the largest
 epoch. A trial is *excluded* (diverged or failed) when its `status`
 starts with "diverged" or "error", or its final `mi` / `train_acc` / `loss_task` is NaN or inf
-(`mi` and `loss_task` are only checked for rows with a lambda; `mi` only when the trial
-reported a finite one at some epoch, as methods without an MI estimator of their own report
-NaN; `loss_task` only when the trial recorded it at all). Excluded trials are listed, never
+(`mi` and `loss_task` are only checked for rows with a lambda; `mi` only for methods that
+report a finite one somewhere in the results, as methods without an MI estimator of their own
+report NaN; `loss_task` only when the trial recorded it at all). Excluded trials are listed, never
 averaged or chosen.
 """
 
@@ -147,16 +147,22 @@ def _nonfinite(value: object) -> bool:
         return True
 
 
-def _exclusion_reason(trial: pd.DataFrame, final: pd.Series) -> str:
+def methods_reporting_mi(df: pd.DataFrame) -> set[str]:
+    """Methods with a finite `mi` in some row: they have an MI estimator of their own
+    (mi_backprop); the others report NaN at every epoch and are not judged by it."""
+    if "mi" not in df.columns or "method" not in df.columns:
+        return set()
+    finite = np.isfinite(df["mi"].to_numpy(dtype=float))
+    return set(df.loc[finite, "method"].dropna().astype(str))
+
+
+def _exclusion_reason(trial: pd.DataFrame, final: pd.Series, mi_methods: set[str]) -> str:
     status = trial["status"].dropna().astype(str) if "status" in trial.columns else pd.Series()
     for text in status:
         if text.startswith("diverged") or text.startswith("error"):
             return text
     is_mi_method = not _nonfinite(final["lam"])
-    # `mi` is checked for trials that report one (a method with an MI estimator of its own,
-    # mi_backprop); methods without one report NaN at every epoch.
-    reports_mi = is_mi_method and "mi" in trial.columns and bool(
-        np.isfinite(trial["mi"].to_numpy(dtype=float)).any() or np.isinf(final["mi"]))
+    reports_mi = is_mi_method and str(final.get("method")) in mi_methods
     checks = ["train_acc"] + (["mi"] if reports_mi else [])
     for col in checks:
         if _nonfinite(final[col]):
@@ -188,7 +194,8 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     else:
         finals = ordered.groupby("trial_id", sort=True).tail(1)
     finals = finals.set_index("trial_id", drop=False)
-    reasons = {tid: _exclusion_reason(trial, finals.loc[tid])
+    mi_methods = methods_reporting_mi(df)
+    reasons = {tid: _exclusion_reason(trial, finals.loc[tid], mi_methods)
                for tid, trial in ordered.groupby("trial_id", sort=True)}
     finals = finals.reset_index(drop=True)
     finals["reason"] = finals["trial_id"].map(reasons).astype(object)
@@ -207,7 +214,9 @@ def excluded_mask(finals: pd.DataFrame) -> pd.Series:
         mask |= status.str.startswith("diverged") | status.str.startswith("error")
     mask |= ~np.isfinite(finals["train_acc"].to_numpy(dtype=float))
     has_lam = np.isfinite(finals["lam"].to_numpy(dtype=float))
-    mask |= has_lam & ~np.isfinite(finals["mi"].to_numpy(dtype=float))
+    reports_mi = finals["method"].astype(str).isin(methods_reporting_mi(finals)).to_numpy() \
+        if "method" in finals.columns else True
+    mask |= has_lam & reports_mi & ~np.isfinite(finals["mi"].to_numpy(dtype=float))
     if "loss_task" in finals.columns:
         mask |= has_lam & np.isinf(finals["loss_task"].to_numpy(dtype=float))
     return mask

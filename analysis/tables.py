@@ -136,8 +136,8 @@ def _chosen(rule: SelectionRule, group: pd.DataFrame) -> Choice | None:
 
 
 def _rule_cell(bench: str, block: str, column: str, group: pd.DataFrame, rule: SelectionRule,
-               metric: str, choice: Choice | None = None) -> Cell:
-    row = f"Ours, {rule.name}"
+               metric: str, choice: Choice | None = None, label: str = "Ours") -> Cell:
+    row = f"{label}, {rule.name}"
     choice = choice if choice is not None else _chosen(rule, group)
     if choice is None:
         return Cell(bench, block, row, column, math.nan, math.nan, 0, "ours", rule.name)
@@ -151,27 +151,77 @@ def _published_cell(bench: str, block: str, row: str, column: str,
                 "published", "")
 
 
+def neural_methods(frame: pd.DataFrame) -> list[str]:
+    """Methods with a lambda in `frame` (baselines such as the SVM have none): mi_backprop
+    first, then the others by name, unknown names included."""
+    names = set(frame.loc[frame["lam"].notna(), "method"].dropna().astype(str))
+    return sorted(names, key=lambda m: (m != MI_METHOD, m))
+
+
+def erm_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The lam = 0 rows of `frame`: plain ERM whatever the method, so a sweep of several
+    methods runs it once (under the first method) and every method's group shares it.
+    mi_backprop's when it has any, else the first method's that has some."""
+    zero = frame[np.isclose(frame["lam"].astype(float), 0.0, rtol=0.0, atol=LAM_ATOL)]
+    for method in neural_methods(zero):
+        rows = zero[zero["method"] == method]
+        if len(rows):
+            return rows
+    return zero
+
+
+def method_group(frame: pd.DataFrame, method: str) -> pd.DataFrame:
+    """One method's rows, plus the shared ERM rows (lam = 0) when it has none of its own."""
+    own = frame[frame["method"] == method]
+    if (np.isclose(own["lam"].astype(float), 0.0, rtol=0.0, atol=LAM_ATOL)).any():
+        return own
+    return pd.concat([own, erm_rows(frame)], ignore_index=True)
+
+
+def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
+                  methods: Sequence[str], rules: Sequence[SelectionRule], metric: str,
+                  paper_lam: float) -> list[Cell]:
+    """Per method: a row at the paper's lambda and a row per selection rule."""
+    cells: list[Cell] = []
+    for method in methods:
+        group = method_group(frame, method)
+        label = published.method_label(method)
+        cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(paper_lam)}, as the "
+                                 f"paper)", column, group, paper_lam, metric))
+        cells += [_rule_cell(bench, block, column, group, rule, metric, label=label)
+                  for rule in rules]
+    return cells
+
+
 # --------------------------------------------------------------------------- paper tables
 
 
 def digits_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[list[Cell], str]:
-    """Table 1: final test accuracy per sigma; one block per K."""
-    mi = finals[(finals["benchmark"] == "digits") & (finals["method"] == MI_METHOD)]
+    """Table 1: final test accuracy per sigma; one block per K of mi_backprop, each with a
+    row per other method we ran (those have no K)."""
+    d = finals[(finals["benchmark"] == "digits") & finals["lam"].notna()]
+    mi = d[d["method"] == MI_METHOD]
+    others = [m for m in neural_methods(d) if m != MI_METHOD]
     cells: list[Cell] = []
     parts: list[str] = []
-    for K in sorted(mi["K"].unique()):
-        block = f"Table 1 (test accuracy), K={K}"
-        g = mi[mi["K"] == K]
-        sigmas = sorted(set(g["sigma"].astype(float)))
+    for K in sorted(mi["K"].unique()) or [None]:
+        block = "Table 1 (test accuracy)" + (f", K={K}" if K is not None else "")
+        g = mi[mi["K"] == K] if K is not None else mi
+        sigmas = sorted(set(d["sigma"].astype(float)))
         columns = [sigma_label(s) for s in sigmas]
         ours: list[Cell] = []
         paper: list[Cell] = []
         for s, col in zip(sigmas, columns, strict=True):
-            gs = g[_same(g["sigma"], s)]
-            ours.append(_fixed_cell("digits", block, "ERM (λ=0)", col, gs, 0.0, "test_acc"))
-            ours.append(_fixed_cell("digits", block, "Ours (λ=1, as the paper)", col, gs, 1.0,
+            gs, ds = g[_same(g["sigma"], s)], d[_same(d["sigma"], s)]
+            ours.append(_fixed_cell("digits", block, "ERM (λ=0)", col,
+                                    gs if len(with_lam(gs, 0.0)) else erm_rows(ds), 0.0,
                                     "test_acc"))
-            ours += [_rule_cell("digits", block, col, gs, rule, "test_acc") for rule in rules]
+            if len(gs):
+                ours.append(_fixed_cell("digits", block, "Ours (λ=1, as the paper)", col, gs,
+                                        1.0, "test_acc"))
+                ours += [_rule_cell("digits", block, col, gs, rule, "test_acc")
+                         for rule in rules]
+            ours += _method_cells("digits", block, col, ds, others, rules, "test_acc", 1.0)
             pub = published.digits_published(s)
             for row, value in (pub or {}).items():
                 paper.append(_published_cell("digits", block, row, col, value))
@@ -188,6 +238,8 @@ def german_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[
     g_all = finals[finals["benchmark"] == "german"]
     mi = g_all[g_all["method"] == MI_METHOD]
     svm = _kept(g_all[g_all["method"] == "svm"])
+    neural = g_all[g_all["lam"].notna()]
+    others = [m for m in neural_methods(neural) if m != MI_METHOD]
     metrics = {"Acc.": "test_acc", "EO": "eo"}
     Ks = sorted(mi["K"].unique()) or [None]
     cells: list[Cell] = []
@@ -200,11 +252,14 @@ def german_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[
             if len(svm):
                 mean, std, n = stat(svm, metric)
                 ours.append(Cell("german", block, "SVM", col, mean, std, n, "ours", "baseline"))
+            erm = g if len(with_lam(g, 0.0)) else erm_rows(neural)
+            if len(erm):
+                ours.append(_fixed_cell("german", block, "NN (λ=0)", col, erm, 0.0, metric))
             if len(g):
-                ours.append(_fixed_cell("german", block, "NN (λ=0)", col, g, 0.0, metric))
                 ours.append(_fixed_cell("german", block, "Ours (λ=1, as the paper)", col, g,
                                         1.0, metric))
                 ours += [_rule_cell("german", block, col, g, rule, metric) for rule in rules]
+            ours += _method_cells("german", block, col, neural, others, rules, metric, 1.0)
         paper = [_published_cell("german", block, p.row, col, p.values[col])
                  for p in published.GERMAN for col in published.GERMAN_COLUMNS]
         cells += ours + paper
@@ -215,12 +270,14 @@ def german_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[
 
 def imdb_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[list[Cell], str]:
     """Table 2: train on EB1 / EB2, accuracy on the other split and on the test set."""
-    mi = finals[(finals["benchmark"] == "imdb") & (finals["method"] == MI_METHOD)]
-    if mi.empty:
+    neural = finals[(finals["benchmark"] == "imdb") & finals["lam"].notna()]
+    mi = neural[neural["method"] == MI_METHOD]
+    others = [m for m in neural_methods(neural) if m != MI_METHOD]
+    if neural.empty:
         return [], ""
-    if "train_split" not in mi.columns:
+    if "train_split" not in neural.columns:
         return [], "### Table 2\n\nimdb rows have no `train_split` column: table skipped.\n"
-    test_metric = "acc_test" if "acc_test" in mi.columns else "test_acc"
+    test_metric = "acc_test" if "acc_test" in neural.columns else "test_acc"
     # column -> (train split, metric)
     spec = {
         "EB1→EB2": ("EB1", "acc_eb2"), "EB1→Test": ("EB1", test_metric),
@@ -228,21 +285,26 @@ def imdb_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[li
     }
     cells: list[Cell] = []
     parts: list[str] = []
-    for K in sorted(mi["K"].unique()):
-        block = f"Table 2 (accuracy), K={K}"
-        g = mi[mi["K"] == K]
+    for K in sorted(mi["K"].unique()) or [None]:
+        block = "Table 2 (accuracy)" + (f", K={K}" if K is not None else "")
+        g = mi[mi["K"] == K] if K is not None else mi
         ours: list[Cell] = []
         choices = {(split, rule.key): _chosen(rule, g[g["train_split"] == split])
                    for split in ("EB1", "EB2") for rule in rules}
         for col, (split, metric) in spec.items():
             gs = g[g["train_split"] == split]
-            ours.append(_fixed_cell("imdb", block, "ERM (λ=0)", col, gs, 0.0, metric))
+            ns = neural[neural["train_split"] == split]
+            ours.append(_fixed_cell("imdb", block, "ERM (λ=0)", col,
+                                    gs if len(with_lam(gs, 0.0)) else erm_rows(ns), 0.0,
+                                    metric))
             paper_lam = published.IMDB_PAPER_LAMBDA[split]
-            cell = _fixed_cell("imdb", block, "Ours (λ=0.5 on EB1, 0.9 on EB2, as the paper)",
-                               col, gs, paper_lam, metric)
-            ours.append(cell)
-            ours += [_rule_cell("imdb", block, col, gs, rule, metric,
-                                choices[(split, rule.key)]) for rule in rules]
+            if len(gs):
+                ours.append(_fixed_cell("imdb", block,
+                                        "Ours (λ=0.5 on EB1, 0.9 on EB2, as the paper)", col,
+                                        gs, paper_lam, metric))
+                ours += [_rule_cell("imdb", block, col, gs, rule, metric,
+                                    choices[(split, rule.key)]) for rule in rules]
+            ours += _method_cells("imdb", block, col, ns, others, rules, metric, paper_lam)
         paper = [_published_cell("imdb", block, p.row, col, p.values[col])
                  for p in published.IMDB for col in published.IMDB_COLUMNS]
         cells += ours + paper
@@ -269,11 +331,20 @@ def _sub_label(key: dict[str, object]) -> str:
 
 
 def _groups(finals: pd.DataFrame, bench: str, K: int) -> list[tuple[str, pd.DataFrame]]:
-    g = finals[(finals["benchmark"] == bench) & (finals["K"] == K) & finals["lam"].notna()]
+    """The selection groups of one (benchmark, K); a group without lam = 0 trials gets the
+    shared ERM rows of its sigma / train split (run once under another method)."""
+    neural = finals[(finals["benchmark"] == bench) & finals["lam"].notna()]
+    g = neural[neural["K"] == K]
     keys = [k for k in group_keys(g) if k not in ("benchmark", "K")]
+    data_keys = [k for k in keys if k != "method"]
     out = []
     for values, sub in g.groupby(keys, dropna=False, sort=True):
         key = dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True))
+        if not len(with_lam(sub, 0.0)) and not (sub["lam"] == 0).any():
+            same = neural
+            for k in data_keys:
+                same = same[_same(same[k], key[k])]
+            sub = pd.concat([sub, erm_rows(same)], ignore_index=True)
         out.append((_sub_label(key), sub))
     return out
 
@@ -298,9 +369,10 @@ def lambda_sections(finals: pd.DataFrame, bench: str, rules: Sequence[SelectionR
     for K in sorted(b["K"].unique()):
         groups = _groups(finals, bench, K)
         lam_rows, sel_rows, rho_rows = [], [], []
-        block_l = f"per-λ final metrics, K={K}"
-        block_s = f"selection gap to oracle (test acc), K={K}"
-        block_r = f"Spearman ρ(MI, test acc), K={K}"
+        k_text = f"K={K}" if K else "methods without K"
+        block_l = f"per-λ final metrics, {k_text}"
+        block_s = f"selection gap to oracle (test acc), {k_text}"
+        block_r = f"Spearman ρ(MI, test acc), {k_text}"
         for label, g in groups:
             table = per_lambda(g)
             for r in table.itertuples(index=False):

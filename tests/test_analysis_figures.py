@@ -66,3 +66,21 @@ def test_fairness_figure_marks_the_lowest_mi_choice_and_draws_the_svm() -> None:
     assert bars == [pytest.approx(v) for v in expected]
     svm_lines = [ln for ln in acc_ax.get_lines() if ln.get_label().startswith("svm")]
     assert len(svm_lines) == 1 and svm_lines[0].get_ydata()[0] == pytest.approx(0.74)
+
+
+def test_several_methods_get_a_curve_each_and_their_own_curves(tmp_path: Path) -> None:
+    rows = []
+    for seed in (0, 1):
+        rows += trial(lam=0.0, seed=seed, test_acc=0.3, mi_eval=2.0)
+        rows += trial(lam=1.0, seed=seed, test_acc=0.5, mi_eval=1.5)
+        for method in ("hsic", "some_new_method"):
+            rows += trial(method=method, lam=1.0, K=0, seed=seed, mi=math.nan,
+                          test_acc=0.4, mi_eval=1.0, penalty=0.1)
+            rows += trial(method=method, lam=3.0, K=0, seed=seed, mi=math.nan,
+                          test_acc=0.45, mi_eval=0.8, penalty=0.05)
+    atomic_write_parquet(frame(rows), tmp_path / "results.parquet")
+    written = {p.name for p in build_all(tmp_path)}
+    assert {"digits_K80_curves.png", "digits_hsic_curves.png",
+            "digits_some_new_method_curves.png", "digits_methods.png"} <= written
+    width, height = png_size(tmp_path / "figures" / "digits_methods.png")
+    assert width > 500 and height > 300

@@ -183,3 +183,49 @@ def test_build_all_writes_tables(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert cell(tidy, "ERM (λ=0)", "σ=0.030", "Table 1 (test accuracy), K=80")["mean"] == \
         pytest.approx(0.6)
     assert (tmp_path / "table.md").read_text().startswith("# Results: synthetic")
+
+
+def _methods_rows() -> list[dict]:
+    """mi_backprop with its own ERM (lam 0) and two other methods without one: a known
+    competitor and a method the analysis has never heard of. Competitors report no MI."""
+    rows = digits_rows()
+    for seed, acc in enumerate((0.70, 0.72)):  # lowest mi_eval at lam 3
+        rows += trial(method="grad_reversal", lam=3.0, K=0, seed=seed, mi=NAN,
+                      mi_eval=0.2, test_acc=acc)
+    rows += trial(method="grad_reversal", lam=1.0, K=0, seed=0, mi=NAN, mi_eval=0.5,
+                  test_acc=0.66)
+    rows += trial(method="my_method", lam=1.0, K=0, seed=0, mi=NAN, mi_eval=0.3,
+                  test_acc=0.61)
+    for row in rows:  # mi_eval on every mi_backprop row too, so the rules use it
+        if row["method"] == "mi_backprop" and row["epoch"] == row["epochs"]:
+            row["mi_eval"] = row["mi"] + 1.0 if math.isfinite(row["mi"]) else NAN
+    return rows
+
+
+def test_every_method_gets_rows_beside_the_published_ones_sharing_erm() -> None:
+    tidy, md = tables(_methods_rows())
+    block = "Table 1 (test accuracy), K=80"
+    gr = "Grad. reversal, as Kim et al. (ours)"
+    paper = cell(tidy, f"{gr} (λ=1, as the paper)", "σ=0.030", block)
+    assert paper["mean"] == pytest.approx(0.66) and paper["source"] == "ours"
+    low = cell(tidy, f"{gr}, lowest-MI (label-free)", "σ=0.030", block)
+    assert low["lam"] == 3.0 and low["mean"] == pytest.approx(0.71)
+    # ERM (lam 0) is shared: the competitor's oracle may pick it (it beats neither here)
+    oracle = cell(tidy, f"{gr}, oracle (peeks at test labels)", "σ=0.030", block)
+    assert oracle["lam"] == 3.0
+    assert cell(tidy, "Kim et al. (published)", "σ=0.030", block)["source"] == "published"
+    # a method the analysis does not know still gets its rows, labelled as ours
+    unknown = cell(tidy, "my_method (ours) (λ=1, as the paper)", "σ=0.030", block)
+    assert unknown["mean"] == pytest.approx(0.61)
+    # competitors report no `mi`: not a reason to exclude them
+    assert "my_method" not in md.split("## Diverged or failed trials")[1]
+    # per-lambda sections and selection gaps per method, the shared ERM row among them
+    assert "| grad_reversal, σ=0.030 | 0 | 0.600 ± 0.100" in md
+    assert "| my_method, σ=0.030 | lowest-MI (label-free) |" in md
+
+
+def test_method_with_no_mi_backprop_rows_still_gets_table_1() -> None:
+    rows = [r for r in _methods_rows() if r["method"] != "mi_backprop"]
+    tidy, md = tables(rows)
+    assert "### Table 1 (test accuracy)\n" in md
+    assert cell(tidy, "my_method (ours) (λ=1, as the paper)", "σ=0.030")["n"] == 1
