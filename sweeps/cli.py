@@ -150,6 +150,20 @@ _OVERRIDES = {
 }
 
 
+# Method hyper-parameters that are one number each: flag, parser, help.
+_SIZE_FLAGS = (
+    ("--mine-hidden", POS_INT, "hidden units per layer of the statistics network T"),
+    ("--mine-hidden-layers", POS_INT, "hidden layers of the statistics network T"),
+    ("--head-hidden", NONNEG_INT,
+     "grad_reversal, confusion: hidden units of the bias head (0 = linear)"),
+    ("--head-lr", POS_FLOAT,
+     "grad_reversal, confusion: Adam learning rate of the bias head (default: --lr)"),
+    ("--hsic-bandwidth", POS_FLOAT,
+     "hsic: Gaussian kernel width on z (default: the batch's median pairwise distance)"),
+    ("--eval-batch-size", POS_INT, "rows per forward pass when evaluating a whole split"),
+)
+
+
 def build_parser(prog: str, description: str, presets: dict[str, dict[str, object]],
                  uses_sigma: bool = True, search: bool = False, imdb: bool = False
                  ) -> argparse.ArgumentParser:
@@ -217,20 +231,8 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--mine-ema-rate", type=EMA_RATE,
                    help="MINE's bias-corrected gradient: moving-average rate of E[exp T] "
                         "(0 = the plain DV gradient)")
-    p.add_argument("--mine-hidden", type=POS_INT,
-                   help="hidden units per layer of the statistics network T")
-    p.add_argument("--mine-hidden-layers", type=POS_INT,
-                   help="hidden layers of the statistics network T")
-    p.add_argument("--head-hidden", type=NONNEG_INT,
-                   help="grad_reversal, confusion: hidden units of the bias head (0 = linear)")
-    p.add_argument("--head-lr", type=POS_FLOAT,
-                   help="grad_reversal, confusion: Adam learning rate of the bias head "
-                        "(default: --lr)")
-    p.add_argument("--hsic-bandwidth", type=POS_FLOAT,
-                   help="hsic: Gaussian kernel width on z (default: the batch's median "
-                        "pairwise distance)")
-    p.add_argument("--eval-batch-size", type=POS_INT,
-                   help="rows per forward pass when evaluating a whole split")
+    for flag, kind, text in _SIZE_FLAGS:
+        p.add_argument(flag, type=kind, help=text)
     p.add_argument("--rescale-mi-grad", action=argparse.BooleanOptionalAction, default=None,
                    help="scale theta's MI gradient per tensor to norm min(|g_task|, |g_MI|)")
     p.add_argument("--select-epoch", choices=list(SELECT_EPOCH),

@@ -20,17 +20,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from sweeps import runner
 from sweeps.cli import SweepArgs, build_parser, resolve
-from sweeps.runner import (
-    SweepError,
-    all_ok,
-    check_out_dir,
-    fail,
-    init_ray,
-    results_frame,
-    run_tuner,
-    write_outputs,
-)
+from sweeps.runner import SweepError
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
 RUN_KEYS = ("epochs", "device", "mi_eval_steps", "select_epoch")
@@ -156,28 +148,28 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
     try:
         points = spec.validate(args.values)
-        check_out_dir(args, spec.experiment)
+        runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
               f"{args['epochs']} epochs each -> {args.out}", flush=True)
-        init_ray(args.address)
+        runner.init_ray(args.address)
         from ray import tune
 
         resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
-        grid = run_tuner(args, spec.experiment,
+        grid = runner.run_tuner(args, spec.experiment,
                          tune.with_parameters(spec.trainable(), **loaded),
                          spec.param_space(args.values, points), resources,
                          param_keys=spec.param_keys(), n_trials=len(points))
-        df = results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns())
+        df = runner.results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns())
         if spec.extra_rows is not None:
             df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
-        written = write_outputs(args, spec.experiment, df)
+        written = runner.write_outputs(args, spec.experiment, df)
     except SweepError as exc:
-        fail(str(exc))
+        runner.fail(str(exc))
     summary(df, spec.summary_columns)
     for path in written:
         print(f"wrote {path}")
-    return 0 if all_ok(df) else 1
+    return 0 if runner.all_ok(df) else 1
 
 
 def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:

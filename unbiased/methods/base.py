@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
@@ -125,6 +126,22 @@ class ERM:
         loss_task.backward()
         self.model_opt.step()
         return loss_task.detach(), torch.zeros((), device=self.device)
+
+    def task_step(self, loss_task: torch.Tensor, penalty: Callable[[bool], torch.Tensor]
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One Adam step of g and f on loss_task + lam * penalty(False). At lam = 0 the step
+        is plain ERM and the penalty is only measured, as penalty(True) without gradient
+        (`True`: the method detaches z). Returns both, detached."""
+        self.model_opt.zero_grad(set_to_none=True)
+        if self.cfg.lam == 0:
+            loss_task.backward()
+            self.model_opt.step()
+            with torch.no_grad():
+                return loss_task.detach(), penalty(True)
+        value = penalty(False)
+        (loss_task + self.cfg.lam * value).backward()
+        self.model_opt.step()
+        return loss_task.detach(), value.detach()
 
     def run_epoch(self, train: Split | None = None) -> EpochStats:
         train = train if train is not None else self.bench.train

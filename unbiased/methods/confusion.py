@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 from unbiased.data import Split
-from unbiased.methods.base import bias_cross_entropy
 from unbiased.methods.grad_reversal import BiasHeadConfig, HeadMethod
 
 
@@ -32,23 +31,8 @@ class Confusion(HeadMethod):
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
         z = self._features(x)
-        head_loss = bias_cross_entropy(self.head(z.detach()), self.targets(c))
-        self.head_opt.zero_grad(set_to_none=True)
-        head_loss.backward()
-        self.head_opt.step()
+        self.head_step(z.detach(), c)
         loss_task = F.cross_entropy(self.f(z), y)
-        self.model_opt.zero_grad(set_to_none=True)
-        if self.cfg.lam == 0:
-            loss_task.backward()
-            self.model_opt.step()
-            with torch.no_grad():
-                return loss_task.detach(), confusion_loss(self.head(z.detach()))
-        # Only g's gradient of the confusion term is used: the head is not stepped here.
-        self.head.requires_grad_(False)
-        try:
-            penalty = confusion_loss(self.head(z))
-            (loss_task + self.cfg.lam * penalty).backward()
-        finally:
-            self.head.requires_grad_(True)
-        self.model_opt.step()
-        return loss_task.detach(), penalty.detach()
+        # The head's own gradients from this term are discarded: head_step zeroes them.
+        return self.task_step(loss_task, lambda detach: confusion_loss(
+            self.head(z.detach() if detach else z)))

@@ -70,6 +70,14 @@ class HeadMethod(ERM):
     def targets(self, c: torch.Tensor) -> torch.Tensor:
         return bias_targets(c, self.bench.bias_classes)
 
+    def head_step(self, z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """One Adam step of the head on the bias cross-entropy of h(z); returns it."""
+        loss = bias_cross_entropy(self.head(z), self.targets(c))
+        self.head_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.head_opt.step()
+        return loss.detach()
+
     def extra_state(self) -> dict:
         return {"head": self.head.state_dict(), "head_opt": self.head_opt.state_dict()}
 

@@ -55,13 +55,5 @@ class HSIC(ERM):
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
         z = self._features(x)
         loss_task = F.cross_entropy(self.f(z), y)
-        self.model_opt.zero_grad(set_to_none=True)
-        if self.cfg.lam == 0:
-            loss_task.backward()
-            self.model_opt.step()
-            with torch.no_grad():
-                return loss_task.detach(), hsic(z.detach(), c, self.cfg.hsic_bandwidth)
-        penalty = hsic(z, c, self.cfg.hsic_bandwidth)
-        (loss_task + self.cfg.lam * penalty).backward()
-        self.model_opt.step()
-        return loss_task.detach(), penalty.detach()
+        return self.task_step(loss_task, lambda detach: hsic(z.detach() if detach else z, c,
+                                                             self.cfg.hsic_bandwidth))
