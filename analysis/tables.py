@@ -170,12 +170,16 @@ def erm_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return zero
 
 
-def method_group(frame: pd.DataFrame, method: str) -> pd.DataFrame:
-    """One method's rows, plus the shared ERM rows (lam = 0) when it has none of its own."""
-    own = frame[frame["method"] == method]
+def with_shared_erm(own: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """`own` rows, plus the shared ERM rows of `frame` (lam = 0) when `own` has none."""
     if (np.isclose(own["lam"].astype(float), 0.0, rtol=0.0, atol=LAM_ATOL)).any():
         return own
     return pd.concat([own, erm_rows(frame)], ignore_index=True)
+
+
+def method_group(frame: pd.DataFrame, method: str) -> pd.DataFrame:
+    """One method's rows, plus the shared ERM rows (lam = 0) when it has none of its own."""
+    return with_shared_erm(frame[frame["method"] == method], frame)
 
 
 def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
@@ -214,8 +218,7 @@ def digits_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[
         for s, col in zip(sigmas, columns, strict=True):
             gs, ds = g[_same(g["sigma"], s)], d[_same(d["sigma"], s)]
             ours.append(_fixed_cell("digits", block, "ERM (λ=0)", col,
-                                    gs if len(with_lam(gs, 0.0)) else erm_rows(ds), 0.0,
-                                    "test_acc"))
+                                    with_shared_erm(gs, ds), 0.0, "test_acc"))
             if len(gs):
                 ours.append(_fixed_cell("digits", block, "Ours (λ=1, as the paper)", col, gs,
                                         1.0, "test_acc"))
@@ -248,11 +251,11 @@ def german_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[
         block = "Table 3 (accuracy, EO)" + (f", K={K}" if K is not None else "")
         g = mi[mi["K"] == K] if K is not None else mi
         ours: list[Cell] = []
+        erm = with_shared_erm(g, neural)
         for col, metric in metrics.items():
             if len(svm):
                 mean, std, n = stat(svm, metric)
                 ours.append(Cell("german", block, "SVM", col, mean, std, n, "ours", "baseline"))
-            erm = g if len(with_lam(g, 0.0)) else erm_rows(neural)
             if len(erm):
                 ours.append(_fixed_cell("german", block, "NN (λ=0)", col, erm, 0.0, metric))
             if len(g):
@@ -295,8 +298,7 @@ def imdb_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[li
             gs = g[g["train_split"] == split]
             ns = neural[neural["train_split"] == split]
             ours.append(_fixed_cell("imdb", block, "ERM (λ=0)", col,
-                                    gs if len(with_lam(gs, 0.0)) else erm_rows(ns), 0.0,
-                                    metric))
+                                    with_shared_erm(gs, ns), 0.0, metric))
             paper_lam = published.IMDB_PAPER_LAMBDA[split]
             if len(gs):
                 ours.append(_fixed_cell("imdb", block,
@@ -340,11 +342,10 @@ def _groups(finals: pd.DataFrame, bench: str, K: int) -> list[tuple[str, pd.Data
     out = []
     for values, sub in g.groupby(keys, dropna=False, sort=True):
         key = dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True))
-        if not len(with_lam(sub, 0.0)) and not (sub["lam"] == 0).any():
-            same = neural
-            for k in data_keys:
-                same = same[_same(same[k], key[k])]
-            sub = pd.concat([sub, erm_rows(same)], ignore_index=True)
+        same = neural
+        for k in data_keys:
+            same = same[_same(same[k], key[k])]
+        sub = with_shared_erm(sub, same)
         out.append((_sub_label(key), sub))
     return out
 

@@ -26,7 +26,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from unbiased.benchmarks.colored_mnist import build, load_mnist5k  # noqa: E402
-from unbiased.methods import ERM, METHODS, make_method, method_config  # noqa: E402
+from unbiased.methods import ERM, METHODS, TrainConfig, make_method  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     values = {"lam": args.lam, "batch_size": args.batch_size, "K": args.K, "lr": args.lr,
               "inner_z": args.inner_z, "theta_update": args.theta_update,
               "mine_ema_rate": args.mine_ema_rate, "channels_last": args.channels_last}
-    algos = {"erm": ERM(bench, method_config("hsic", {**values, "lam": 0.0}), seed=0)}
+    plain = TrainConfig(lam=0.0, batch_size=args.batch_size, lr=args.lr,
+                        channels_last=args.channels_last)
+    algos = {"erm": ERM(bench, plain, seed=0)}
     for name in args.methods.split(","):
         method, _, lam = name.partition("@")
         algos[name] = make_method(method, bench, {**values, "lam": float(lam or args.lam)},

@@ -68,17 +68,13 @@ def _unit_open(v: float) -> str | None:
     return _finite(v) or (None if 0 < v < 1 else "must be in (0, 1)")
 
 
-def method_name(text: str) -> str:
-    return text
-
-
 def _known_method(name: str) -> str | None:
     from unbiased.methods import METHODS
 
     return None if name in METHODS else f"unknown method; choose from {', '.join(METHODS)}"
 
 
-METHOD_LIST = _list_of(method_name, _known_method)
+METHOD_LIST = _list_of(str, _known_method)
 LAM_LIST = _list_of(float, _nonneg)
 K_LIST = _list_of(int, _at_least_one)
 SIGMA_LIST = _list_of(float, _unit_open)

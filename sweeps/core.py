@@ -14,7 +14,6 @@ seed, under the first method listed, when several methods are swept.
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -53,7 +52,8 @@ class GridSpec:
     """What one grid driver adds to the core.
 
     `build_keys`: trial config keys the benchmark's build reads (data root, model options).
-    `data_axes`: (preset key, trial key) pairs swept besides method, lam, K and seed.
+    `data_axes`: keys swept besides method, lam, K and seed (a list in the preset, one
+    value per trial).
     `load(args)`: reads the data once in the driver (failing with SweepError before Ray
     starts); returns the objects the trainable gets through the object store and a phrase
     describing the data for the start line.
@@ -67,7 +67,7 @@ class GridSpec:
     benchmark: str
     presets: dict[str, dict[str, object]]
     build_keys: tuple[str, ...]
-    data_axes: tuple[tuple[str, str], ...]
+    data_axes: tuple[str, ...]
     load: Callable[[SweepArgs], tuple[dict[str, object], str]]
     trainable: Callable[[], Callable]
     summary_columns: tuple[str, ...]
@@ -80,13 +80,13 @@ class GridSpec:
 
     def fixed_values(self, values: dict) -> dict:
         """The values every trial of the sweep shares."""
-        axes = {key for key, _ in self.data_axes} | {"lam", "K"}
+        axes = {*self.data_axes, "lam", "K"}
         return {k: values[k] for k in self.trial_keys() if k in values and k not in axes}
 
     def check_keys(self, values: dict) -> None:
         """Every resolved value reaches the trials or is the driver's own: a flag that a
         trial would silently ignore is a bug here, not a surprise in the results."""
-        known = set(self.trial_keys()) | DRIVER_KEYS | {k for k, _ in self.data_axes}
+        known = set(self.trial_keys()) | DRIVER_KEYS | set(self.data_axes)
         stray = sorted(set(values) - known)
         if stray:
             raise SweepError(f"{self.prog}: settings no trial reads: {', '.join(stray)}")
@@ -95,7 +95,7 @@ class GridSpec:
         """Every trial's grid point: data axes x method x lam x K (methods that have it)
         x seed; lam = 0 once per data point and seed when several methods are swept."""
         methods = list(values.get("method") or ["mi_backprop"])
-        axes = [[(trial_key, v) for v in values[key]] for key, trial_key in self.data_axes]
+        axes = [[(key, v) for v in values[key]] for key in self.data_axes]
         out = []
         for data in itertools.product(*axes):
             for i, method in enumerate(methods):
@@ -136,11 +136,11 @@ class GridSpec:
     def result_columns(self) -> dict[str, str]:
         columns = {"method": "method", "lam": "lam", "K": "K", "seed": "seed",
                    "epochs": "epochs"}
-        columns.update({trial_key: trial_key for _, trial_key in self.data_axes})
+        columns.update({key: key for key in self.data_axes})
         return columns
 
     def param_keys(self) -> tuple[str, ...]:
-        return ("method", *(k for _, k in self.data_axes), "lam", "K", "seed")
+        return ("method", *self.data_axes, "lam", "K", "seed")
 
 
 def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
@@ -179,13 +179,3 @@ def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
     keys = [c for c in ("method", "sigma", "train_split", "lam", "K", "seed") if c in cols]
     print(rows[cols].sort_values(keys).to_string(index=False,
                                                  float_format=lambda v: f"{v:.3f}"))
-
-
-def main_of(spec: GridSpec) -> Callable[[list[str] | None], int]:
-    def main(argv: list[str] | None = None) -> int:
-        return run_grid(spec, argv)
-    return main
-
-
-if __name__ == "__main__":
-    sys.exit("run a driver: sweeps/digits_grid.py, german_grid.py or imdb_grid.py")

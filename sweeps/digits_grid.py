@@ -57,7 +57,7 @@ def spec(prog: str = "digits_grid.py", description: str = __doc__.splitlines()[0
     return GridSpec(
         prog=prog, description=description, experiment=experiment, benchmark="digits",
         presets=DIGITS if presets is None else presets, build_keys=BUILD_KEYS,
-        data_axes=(("sigma", "sigma"),), load=_load, trainable=_trainable,
+        data_axes=("sigma",), load=_load, trainable=_trainable,
         summary_columns=("method", "sigma", "lam", "K", "seed", "epoch", "train_acc",
                          "test_acc", "mi", "mi_eval", "status"),
         out_name=None if experiment == EXPERIMENT else experiment)

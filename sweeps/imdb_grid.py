@@ -66,7 +66,7 @@ def _trainable():
 SPEC = GridSpec(
     prog="imdb_grid.py", description=__doc__.splitlines()[0], experiment=EXPERIMENT,
     benchmark=BENCHMARK, presets=IMDB, build_keys=BUILD_KEYS,
-    data_axes=(("train_split", "train_split"),), load=_load, trainable=_trainable,
+    data_axes=("train_split",), load=_load, trainable=_trainable,
     parser_options={"uses_sigma": False, "imdb": True},
     summary_columns=("method", "train_split", "lam", "K", "seed", "epoch", "train_acc",
                      "acc_eb1", "acc_eb2", "acc_test", "mi", "mi_eval", "status"))

@@ -142,7 +142,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
     points = spec.validate(args.values)
     lams, Ks = args.values["lam"], args.values["K"]
     data = 1
-    for key, _ in spec.data_axes:
+    for key in spec.data_axes:
         data *= len(args.values[key])
     seeds = len(args.values["seeds"])
     n_pos = sum(1 for lam in lams if lam > 0)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.fixtures.record_mi_backprop import CASES, run
-from unbiased.methods import ERM, METHODS, make_method, method_config
+from unbiased.methods import ERM, METHODS, TrainConfig, make_method, method_config
 from unbiased.methods.hsic import hsic
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -47,7 +47,8 @@ def _weights(algo: ERM) -> list[torch.Tensor]:
 def test_lam_zero_is_plain_erm_and_lam_one_is_not(method, grey_digits):
     torch.set_num_threads(1)
     bench = _tiny_bench(grey_digits)
-    erm = ERM(bench, method_config("hsic", {**VALUES, "lam": 0.0}), seed=3)
+    erm = ERM(bench, TrainConfig(lam=0.0, batch_size=VALUES["batch_size"], lr=VALUES["lr"]),
+              seed=3)
     erm.run_epoch()
     zero = make_method(method, bench, {**VALUES, "lam": 0.0}, seed=3)
     zero.run_epoch()
