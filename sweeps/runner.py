@@ -55,6 +55,9 @@ def check_out_dir(args: SweepArgs, experiment: str) -> None:
         previous = json.loads(marker.read_text()).get("experiment")
         if previous != experiment:
             raise SweepError(f"--out {out} holds experiment {previous!r}, not {experiment!r}")
+    if args.resume:
+        for message in repair_cut_off_state(storage_dir(args)):
+            print(f"resume: {message}", flush=True)
     probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
     if not probe.is_dir():
         raise SweepError(f"--out {out} is not writable: {probe} is not a directory")
@@ -64,6 +67,112 @@ def check_out_dir(args: SweepArgs, experiment: str) -> None:
             pass
     except OSError as exc:
         raise SweepError(f"--out {out} is not writable: {exc.strerror or exc}") from None
+
+
+# Tune's files at the top of an experiment directory that `Tuner.restore` reads.
+_TUNER_FILE = "tuner.pkl"
+_STATE_PATTERNS = ("experiment_state-*.json", "basic-variant-state-*.json",
+                   "searcher-state-*.pkl", "callback-states-*.pkl")
+
+
+def _ray_temp_dir() -> Path:
+    # As ray._common.utils.get_default_ray_temp_dir, where the driver stages Tune's state.
+    base = os.environ.get("RAY_TMPDIR") or (os.environ.get("TMPDIR")
+                                            if sys.platform.startswith("linux") else None)
+    return Path(base or "/tmp") / "ray"
+
+
+def _readable(path: Path) -> bool:
+    """Whether a state file loads whole (Tune writes JSON or, whatever the suffix, pickle)."""
+    import pickle
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    for load in (json.loads, pickle.loads):
+        try:
+            load(data)
+            return True
+        except Exception:
+            pass
+    return False
+
+
+def _staged_copies(staging_root: Path, experiment: Path) -> dict[Path, Path]:
+    """Relative path -> the newest file of that path in the driver's staging directories of
+    `experiment` (one per Ray session that ran it). Every sweep of one driver has the same
+    experiment name, so a staging directory counts only if it holds an experiment state
+    file of this experiment's (their names carry the second its session started)."""
+    own = {p.name for p in experiment.glob(_STATE_PATTERNS[0])}
+    newest: dict[Path, Path] = {}
+    for staging in staging_root.glob(
+            f"session_*/artifacts/*/{experiment.name}/driver_artifacts"):
+        if not own & {p.name for p in staging.glob(_STATE_PATTERNS[0])}:
+            continue
+        for path in staging.rglob("*"):
+            rel = path.relative_to(staging)
+            if path.is_file() and (rel not in newest
+                                   or path.stat().st_mtime > newest[rel].stat().st_mtime):
+                newest[rel] = path
+    return newest
+
+
+def repair_cut_off_state(storage: str, ray_temp: Path | None = None) -> list[str]:
+    """Put back whole copies of the Tune files a kill cut off; return what was done.
+
+    The driver writes Tune's experiment state and each trial's result.json/progress.csv in a
+    staging directory under Ray's temp dir, then copies them into the experiment directory
+    in place. A driver killed during that copy leaves cut-off files there: `Tuner.restore`
+    cannot read a cut experiment state, and a cut (often empty) result.json loses the epochs
+    reported before the kill. The staging file was whole before the copy began, so a stored
+    file that is a proper prefix of it (or missing, or an unreadable state file) gets it
+    back, atomically. A state file with no whole copy left cannot be resumed from (an older
+    session's state may name checkpoints `num_to_keep` has deleted): a SweepError, before Ray.
+    Only local storage: object stores never show a partly written file.
+    """
+    if "://" in storage or not Path(storage).is_dir():
+        return []
+    from analysis.io import atomic_write_bytes
+
+    staging_root = ray_temp or _ray_temp_dir()
+    done = []
+    for experiment in sorted(p.parent for p in Path(storage).glob(f"*/{_TUNER_FILE}")):
+        staged = _staged_copies(staging_root, experiment)
+        state_files = {p.relative_to(experiment) for pattern in _STATE_PATTERNS
+                       for p in experiment.glob(pattern)}
+        put_back = []
+        for rel, source in sorted(staged.items()):
+            target = experiment / rel
+            if not target.parent.is_dir():
+                continue  # a trial Tune never stored: it starts afresh
+            whole = source.read_bytes()
+            stored = target.read_bytes() if target.is_file() else None
+            if stored is None or (len(stored) < len(whole) and whole.startswith(stored)) or (
+                    rel in state_files and not _readable(target) and _readable(source)):
+                atomic_write_bytes(target, whole)
+                put_back.append(str(rel))
+        if put_back:
+            shown = ", ".join(put_back[:3]) + (", ..." if len(put_back) > 3 else "")
+            done.append(f"{len(put_back)} file(s) of {experiment} were cut off by the kill "
+                        f"({shown}); put back Tune's whole staging copies")
+        for rel in sorted(state_files):
+            if not _readable(experiment / rel):
+                raise SweepError(
+                    f"cannot resume: Tune's saved state {experiment / rel} is cut off (the "
+                    f"driver was killed while writing it) and no whole copy is left under "
+                    f"{staging_root}; start the sweep again with --overwrite")
+    return done
+
+
+def _saved_state(exp_path: str) -> bool:
+    """Whether Tune saved an experiment state to restore from (a driver killed in its first
+    seconds leaves only tuner.pkl: there is nothing to resume, the sweep starts afresh)."""
+    from ray import tune
+
+    if "://" in exp_path:
+        return tune.Tuner.can_restore(exp_path)
+    return tune.Tuner.can_restore(exp_path) and any(Path(exp_path).glob(_STATE_PATTERNS[0]))
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -168,10 +277,18 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     storage = storage_dir(args)
     trainable = tune.with_resources(trainable, resources)
     exp_path = storage.rstrip("/") + "/" + experiment
-    if args.resume and tune.Tuner.can_restore(exp_path):
+    restore = args.resume and _saved_state(exp_path)
+    if args.resume and not restore:
+        print(f"resume: nothing saved in {exp_path} yet; starting these trials from the "
+              f"beginning", flush=True)
+    if restore:
         print(f"resuming {exp_path}", flush=True)
         tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
-        before = tuner.get_results()
+        try:
+            before = tuner.get_results()
+        except RuntimeError:  # Tune could not read the state it saved (and hides why)
+            raise SweepError(f"cannot resume: Tune cannot read its saved state in "
+                             f"{exp_path}; start the sweep again with --overwrite") from None
         done = sum(1 for r in before if _finished(r))
         print(f"resume: {done} of {len(before)} trials already finished; the others continue "
               f"from their last checkpoints", flush=True)

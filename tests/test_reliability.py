@@ -180,6 +180,81 @@ def test_killed_writer_leaves_the_old_file_intact(tmp_path):
     assert all(p.name.startswith(".table.md.") for p in leftovers)  # hidden temp, not target
 
 
+# -- Tune's state cut off by a kill mid-copy (issue 13's red CI) -----------------------------
+
+def _killed_experiment(storage: Path, staging_root: Path | None) -> dict[Path, bytes]:
+    """A Tune experiment dir as a kill during Tune's copy of its files leaves it: the state
+    cut in half, a trial's result.json emptied, another trial's (longer, from a later
+    session) whole; and (when `staging_root`) the driver's whole staging copies.
+    Returns each file's whole content."""
+    state = "experiment_state-2026-01-01_00-00-00.json"
+    whole = {Path(state): json.dumps({"trial_data": [], "x": list(range(200))}).encode(),
+             Path("trial_0/result.json"): b'{"epoch": 1}\n{"epoch": 2}\n',
+             Path("trial_1/result.json"): b'{"epoch": 1}\n'}
+    stored = {Path(state): whole[Path(state)][: len(whole[Path(state)]) // 2],
+              Path("trial_0/result.json"): b"",
+              Path("trial_1/result.json"): b'{"epoch": 1}\n{"epoch": 2}\n'}
+    exp = storage / "digits_grid"
+    for rel, data in stored.items():
+        (exp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (exp / rel).write_bytes(data)
+    (exp / "tuner.pkl").write_bytes(b"tuner")
+    if staging_root is not None:
+        staged = (staging_root / "session_1" / "artifacts" / "2026-01-01_00-00-00"
+                  / "digits_grid" / "driver_artifacts")
+        for rel, data in whole.items():
+            (staged / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staged / rel).write_bytes(data)
+        (staged / "trial_never_stored").mkdir()
+        (staged / "trial_never_stored" / "result.json").write_bytes(b"{}\n")
+        # Another sweep of the same driver (same experiment name, its own session).
+        other = (staging_root / "session_2" / "artifacts" / "2026-02-02_00-00-00"
+                 / "digits_grid" / "driver_artifacts")
+        other.mkdir(parents=True)
+        (other / "experiment_state-2026-02-02_00-00-00.json").write_bytes(b"{}")
+        (other / "trial_0").mkdir()
+        (other / "trial_0" / "result.json").write_bytes(b'{"epoch": 1}\n{"epoch": 2}\n{}\n')
+    return {exp / rel: data for rel, data in whole.items()}
+
+
+def test_files_cut_off_by_a_kill_are_put_back_from_the_staging_copies(tmp_path):
+    from sweeps.runner import repair_cut_off_state
+
+    storage, staging = tmp_path / "tune", tmp_path / "ray"
+    whole = _killed_experiment(storage, staging)
+    state, cut_result, longer_result = whole
+    done = repair_cut_off_state(str(storage), ray_temp=staging)
+    assert state.read_bytes() == whole[state] and cut_result.read_bytes() == whole[cut_result]
+    # A stored file longer than the staged one is newer (a later session): left alone.
+    assert longer_result.read_bytes() == b'{"epoch": 1}\n{"epoch": 2}\n'
+    assert not (storage / "digits_grid" / "trial_never_stored").exists()
+    assert not list((storage / "digits_grid").glob("*2026-02-02*"))  # not the other sweep's
+    assert len(done) == 1 and "2 file(s)" in done[0]
+    assert repair_cut_off_state(str(storage), ray_temp=staging) == []
+    assert repair_cut_off_state("s3://bucket/sweep") == []
+
+
+def test_resume_of_a_sweep_killed_before_tune_saved_state_starts_afresh(tmp_path):
+    from sweeps.runner import _saved_state
+
+    state = next(iter(_killed_experiment(tmp_path / "tune", None)))
+    assert _saved_state(str(state.parent))
+    state.unlink()  # killed in its first seconds: only tuner.pkl
+    assert not _saved_state(str(state.parent))
+
+
+def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
+    out = tmp_path / "out"
+    path = next(iter(_killed_experiment(out / "tune", None)))
+    cut = path.read_bytes()
+    env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "no_ray_here")}
+    proc = subprocess.run([sys.executable, str(DRIVER), *TINY, "--out", str(out), "--resume"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    _one_line_error(proc, "is cut off")
+    assert "--overwrite" in proc.stderr and "Started a local Ray" not in proc.stderr
+    assert path.read_bytes() == cut
+
+
 # -- a driver killed mid-sweep continues with --resume ----------------------------------------
 
 def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(tmp_path):
