@@ -217,6 +217,11 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int):
             self.done = 0
             self.start = time.time()
 
+        def setup(self, **info) -> None:
+            # Tuner.restore brings back this object as pickled at the first start: count the
+            # seconds of this run, not since then.
+            self.start = time.time()
+
         def _tag(self, trial) -> str:
             config = flat_config(trial.config)
             return " ".join(f"{k}={config[k]}" for k in param_keys if k in config)
