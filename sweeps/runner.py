@@ -154,8 +154,8 @@ def repair_cut_off_state(storage: str, ray_temp: Path | None = None) -> list[str
                 put_back.append(str(rel))
         if put_back:
             shown = ", ".join(put_back[:3]) + (", ..." if len(put_back) > 3 else "")
-            done.append(f"{len(put_back)} file(s) of {experiment} were cut off by the kill "
-                        f"({shown}); put back Tune's whole staging copies")
+            done.append(f"put back Tune's whole staging copies of {len(put_back)} file(s) "
+                        f"of {experiment} that the kill cut off or left behind ({shown})")
         for rel in sorted(state_files):
             if not _readable(experiment / rel):
                 raise SweepError(

@@ -287,7 +287,8 @@ def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(tmp_path):
 
     resumed = _driver(*args, "--resume", timeout=400)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert re.search(r"resume: \d+ file\(s\) of .* were cut off by the kill", resumed.stdout)
+    assert re.search(r"resume: put back Tune's whole staging copies of \d+ file\(s\)",
+                     resumed.stdout)
     done_tag = finished_first[0]  # e.g. "sigma=0.03 lam=0.0 K=2 seed=0"
     reran = [ln for ln in resumed.stdout.splitlines() if done_tag + ":" in ln]
     assert not reran, f"finished trial ran again: {reran}"
