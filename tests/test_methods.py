@@ -99,6 +99,21 @@ def test_hsic_is_near_zero_for_independent_and_positive_for_dependent_z():
     assert float(low) < 0.002 < float(high)
 
 
+def test_hsic_with_the_median_bandwidth_gives_no_gradient_to_shrink_z():
+    # With the median detached, the gradient pointed along -z and z shrank to a point
+    # (lam >= 1 trained at chance); the median in the graph makes HSIC scale-free, so the
+    # gradient has no component along z. A fixed bandwidth keeps that radial pull.
+    gen = torch.Generator().manual_seed(0)
+    c = torch.nn.functional.one_hot(torch.randint(4, (256,), generator=gen), 4).float()
+    base = torch.randn(256, 8, generator=gen) + 2 * c @ torch.randn(4, 8, generator=gen)
+    for bandwidth, scale_free in ((None, True), (1.0, False)):
+        z = base.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(hsic(z, c, bandwidth), z)
+        radial = float((grad * base).sum()) / float(grad.norm() * base.norm())
+        assert (abs(radial) < 1e-4) == scale_free, (bandwidth, radial)
+    assert torch.allclose(hsic(3 * base, c), hsic(base, c), rtol=1e-4)
+
+
 def test_gradient_reversal_sends_minus_lam_times_the_head_gradient():
     from unbiased.methods.grad_reversal import reverse_gradient
 

@@ -5,6 +5,13 @@ HSIC is the biased estimator tr(K H L H) / (n - 1)^2 with a Gaussian kernel on z
 the median pairwise distance of the batch, or `hsic_bandwidth`) and a linear kernel on c.
 It is 0 when z and c are independent (for characteristic kernels on z); lam weighs it against
 the task loss. At lam = 0 g and f are plain ERM (HSIC is still measured, without gradient).
+
+The median bandwidth is part of the graph, so the kernel is scale-free and so is the penalty's
+gradient. With the median detached, each step pushed all of z together (a narrower batch
+looks more independent under a width that does not follow it), the next batch's median
+rescaled, and at lam >= 1 z shrank to a point within one epoch: median pairwise distance
+18 -> 0.0004, training at chance (quick preset, sigma 0.03; README "Measured"). A fixed
+`hsic_bandwidth` avoids that, but z then grows until the kernel is nearly diagonal.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ def hsic(z: torch.Tensor, c: torch.Tensor, bandwidth: float | None = None) -> to
     n = z.shape[0]
     d2 = torch.cdist(z, z).pow(2)
     if bandwidth is None:
-        off = d2.detach()[~torch.eye(n, dtype=torch.bool, device=z.device)]
-        width2 = off.median().clamp_min(1e-12)  # the median heuristic, not differentiated
+        off = d2[~torch.eye(n, dtype=torch.bool, device=z.device)]
+        width2 = off.median().clamp_min(1e-12)  # differentiated: see the module docstring
     else:
         width2 = torch.tensor(bandwidth ** 2, device=z.device)
     k = torch.exp(-d2 / (2 * width2))
