@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import socket
 import sys
 import tempfile
@@ -75,17 +76,8 @@ _STATE_PATTERNS = ("experiment_state-*.json", "basic-variant-state-*.json",
                    "searcher-state-*.pkl", "callback-states-*.pkl")
 
 
-def _ray_temp_dir() -> Path:
-    # As ray._common.utils.get_default_ray_temp_dir, where the driver stages Tune's state.
-    base = os.environ.get("RAY_TMPDIR") or (os.environ.get("TMPDIR")
-                                            if sys.platform.startswith("linux") else None)
-    return Path(base or "/tmp") / "ray"
-
-
 def _readable(path: Path) -> bool:
     """Whether a state file loads whole (Tune writes JSON or, whatever the suffix, pickle)."""
-    import pickle
-
     try:
         data = path.read_bytes()
     except OSError:
@@ -133,9 +125,11 @@ def repair_cut_off_state(storage: str, ray_temp: Path | None = None) -> list[str
     """
     if "://" in storage or not Path(storage).is_dir():
         return []
+    from ray._common.utils import get_default_ray_temp_dir  # where the driver stages them
+
     from analysis.io import atomic_write_bytes
 
-    staging_root = ray_temp or _ray_temp_dir()
+    staging_root = ray_temp or Path(get_default_ray_temp_dir())
     done = []
     for experiment in sorted(p.parent for p in Path(storage).glob(f"*/{_TUNER_FILE}")):
         staged = _staged_copies(staging_root, experiment)
@@ -170,9 +164,8 @@ def _saved_state(exp_path: str) -> bool:
     seconds leaves only tuner.pkl: there is nothing to resume, the sweep starts afresh)."""
     from ray import tune
 
-    if "://" in exp_path:
-        return tune.Tuner.can_restore(exp_path)
-    return tune.Tuner.can_restore(exp_path) and any(Path(exp_path).glob(_STATE_PATTERNS[0]))
+    return tune.Tuner.can_restore(exp_path) and (
+        "://" in exp_path or any(Path(exp_path).glob(_STATE_PATTERNS[0])))
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
