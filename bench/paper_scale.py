@@ -66,11 +66,10 @@ def main() -> None:
         stats = algo.run_epoch()
         m = algo.evaluate()
         t0 = time.perf_counter()
-        z = algo.last_train_z
+        z, y, c = algo.train_eval_set()
         if epoch % a.mi_eval_every == 0 or epoch == a.epochs:
-            m["mi_eval"] = mi_eval(z, bench.train.c, seed=a.seed, steps=a.mi_eval_steps)
-            m["mi_eval_cond"] = mi_eval(z, bench.train.c, seed=a.seed, steps=a.mi_eval_steps,
-                                        given=bench.train.y)
+            m["mi_eval"] = mi_eval(z, c, seed=a.seed, steps=a.mi_eval_steps)
+            m["mi_eval_cond"] = mi_eval(z, c, seed=a.seed, steps=a.mi_eval_steps, given=y)
         row = {"tag": a.tag, "epoch": epoch, "time_s": round(stats.time_s, 1),
                "eval_s": round(time.perf_counter() - t0, 1), **vars(a),
                **{k: round(v, 4) for k, v in m.items()}}

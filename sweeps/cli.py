@@ -135,7 +135,7 @@ _OVERRIDES = {
     "mine_ema_rate": "mine_ema_rate", "mine_hidden": "mine_hidden",
     "mine_hidden_layers": "mine_hidden_layers", "head_hidden": "head_hidden",
     "head_lr": "head_lr", "hsic_bandwidth": "hsic_bandwidth",
-    "eval_batch_size": "eval_batch_size",
+    "eval_batch_size": "eval_batch_size", "train_eval_rows": "train_eval_rows",
     "rescale_mi_grad": "rescale_mi_grad", "select_epoch": "select_epoch",
     "z_relu": "z_relu", "width": "width", "palette": "palette",
     "scheduler": "scheduler", "samples": "samples", "lam_range": "lam_range",
@@ -157,6 +157,9 @@ _SIZE_FLAGS = (
     ("--hsic-bandwidth", POS_FLOAT,
      "hsic: Gaussian kernel width on z (default: the batch's median pairwise distance)"),
     ("--eval-batch-size", POS_INT, "rows per forward pass when evaluating a whole split"),
+    ("--train-eval-rows", NONNEG_INT,
+     "training rows train_acc, mi and mi_eval are measured on each epoch: a fixed random "
+     "subset of this many (0 = every row)"),
 )
 
 

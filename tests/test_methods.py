@@ -16,15 +16,25 @@ from unbiased.methods.hsic import hsic
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def _matches(before: dict, after: dict) -> list[tuple[str, int, str]]:
+    return [(case, epoch, key) for case, rows in before.items()
+            for epoch, (old, new) in enumerate(zip(rows, after[case], strict=True), 1)
+            for key, value in old.items()
+            if new[key] != pytest.approx(value, rel=1e-6, abs=1e-9)]
+
+
 def test_mi_backprop_matches_its_metrics_before_the_registry():
-    # Recorded with Algorithm1 as it was in unbiased/train.py before the move (c8e5eb6).
-    before = json.loads((FIXTURES / "mi_backprop_before_registry.json").read_text())
+    # Recorded with Algorithm1 as it was in unbiased/train.py before the move (c8e5eb6), once
+    # per CPU it was recorded on: float kernels differ between CPUs (an AMD EPYC's epoch-2
+    # train_acc differs by .11 from the first recording's after 2 epochs), and the code
+    # before the move reproduces each file exactly on its own CPU.
+    recordings = sorted(FIXTURES.glob("mi_backprop_before_registry*.json"))
+    assert recordings
     after = run(lambda bench, values, seed: make_method("mi_backprop", bench, values, seed))
     assert set(after) == set(CASES)
-    for case, rows in before.items():
-        for epoch, (old, new) in enumerate(zip(rows, after[case], strict=True), 1):
-            for key, value in old.items():
-                assert new[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (case, epoch, key)
+    mismatches = {path.name: _matches(json.loads(path.read_text()), after)
+                  for path in recordings}
+    assert any(not bad for bad in mismatches.values()), mismatches
 
 
 def _tiny_bench(grey_digits, n_train=256, n_test=128):

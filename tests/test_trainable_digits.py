@@ -41,6 +41,11 @@ def test_two_epoch_trial_reports_twice_with_checkpoint(ray_local, tiny_digits, t
         assert col in df.columns, col
     assert df["train_acc"].between(0, 1).all() and df["test_acc"].between(0, 1).all()
     assert df["time_s"].gt(0).all()
+    # the epoch's wall seconds hold its parts: training steps, evaluation, mi_eval, checkpoint
+    parts = df["time_s"] + df["eval_s"] + df["mi_eval_s"] + df["ckpt_s"]
+    assert (parts <= df["epoch_s"] + 1e-6).all()
+    assert df["eval_s"].gt(0).all() and df["ckpt_s"].gt(0).all()
+    assert df["mi_eval_s"].iloc[0] == 0 and df["mi_eval_s"].iloc[1] > 0  # last epoch only
     # mi_eval only at the end of the trial
     assert math.isnan(df["mi_eval"].iloc[0]) and math.isfinite(df["mi_eval"].iloc[1])
     assert result.checkpoint is not None

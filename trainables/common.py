@@ -18,6 +18,7 @@ import math
 import os
 import socket
 import tempfile
+import time
 from collections.abc import Callable
 
 import ray
@@ -102,26 +103,36 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     for epoch in range(start_epoch, epochs + 1):
         if fail_at is not None and epoch == int(fail_at) and not resumed:
             raise InjectedFailure(f"injected failure at epoch {epoch} (fail_once_at_epoch)")
+        # Wall seconds of each part of the epoch: time_s (the training steps, measured by the
+        # method) + eval_s + mi_eval_s + ckpt_s <= epoch_s; bench/epoch_cost.py prints them.
+        epoch_start = time.perf_counter()
         stats = algo.run_epoch()
+        part_start = time.perf_counter()
+        evaluated = algo.evaluate()
+        eval_s = time.perf_counter() - part_start
         metrics: dict[str, float | int | str] = {
             "epoch": epoch, "loss_task": stats.loss_task, "penalty": stats.penalty,
-            "mi_batch": stats.mi_batch, "time_s": stats.time_s, **algo.evaluate(),
+            "mi_batch": stats.mi_batch, "time_s": stats.time_s, **evaluated,
             "start_epoch": start_epoch, "node": node, "node_id": node_id, "mi_eval": math.nan,
+            "eval_s": eval_s, "mi_eval_s": 0.0,
         }
         diverged = divergence(metrics, watched)
         if diverged:
             # Stop with the reason on record; no checkpoint (a NaN model is not worth resuming)
             # so a restart could not pick it up either. The sweep goes on without it.
             metrics["diverged"] = diverged
+            metrics["epoch_s"] = time.perf_counter() - epoch_start
             tune.report(metrics)
             return
         if epoch == epochs or select == "lowest_mi":
-            z = algo.last_train_z if algo.last_train_z is not None else algo.train_features()
-            metrics["mi_eval"] = mi_eval(z, bench.train.c, seed=seed, steps=mi_steps)
+            part_start = time.perf_counter()
+            z, y, c = algo.train_eval_set()
+            metrics["mi_eval"] = mi_eval(z, c, seed=seed, steps=mi_steps)
             # Colour beyond the label: c shuffled within each class (0 for a z that encodes
             # y alone; plain mi_eval then still reads about I(y; c)).
-            metrics["mi_eval_cond"] = mi_eval(z, bench.train.c, seed=seed, steps=mi_steps,
-                                              given=bench.train.y)
+            metrics["mi_eval_cond"] = mi_eval(z, c, seed=seed, steps=mi_steps, given=y)
+            metrics["mi_eval_s"] = time.perf_counter() - part_start
+        part_start = time.perf_counter()
         state = algo.state_dict()
         if select == "lowest_mi":
             records.append(EpochRecord(epoch, float(metrics["train_acc"]),
@@ -138,4 +149,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
                 state["selected"] = {"epoch": chosen, **kept[chosen]}
         with tempfile.TemporaryDirectory() as tmp:
             torch.save(state, os.path.join(tmp, CHECKPOINT_FILE))
+            now = time.perf_counter()
+            metrics["ckpt_s"] = now - part_start
+            metrics["epoch_s"] = now - epoch_start
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))

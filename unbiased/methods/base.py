@@ -21,6 +21,10 @@ from torch import nn
 from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit
 from unbiased.models import linear_classifier
 
+# The subset of training rows evaluated (train_eval_rows) is drawn from seed + this, by a
+# generator used for nothing else: not the same stream as any other draw seeded by `seed`.
+EVAL_ROWS_SEED_OFFSET = 1_000_003
+
 
 @dataclass
 class TrainConfig:
@@ -33,6 +37,12 @@ class TrainConfig:
     # Rows per forward pass when g runs over a whole split (evaluation, z bank): large for
     # small inputs, small for images (a ResNet-50 batch of 4096 would not fit).
     eval_batch_size: int = 4096
+    # Training rows that train_acc, the method's own `mi` and the trainable's mi_eval are
+    # measured on after each epoch: 0 = every row (exact); N = a fixed random subset of N
+    # rows, drawn once from the trial's seed by a generator of its own (the data order does
+    # not change) and the same every epoch. A forward of all 60,000 full-MNIST rows cost 30%
+    # of an epoch (bench/epoch_cost.py); evaluation splits are always measured whole.
+    train_eval_rows: int = 0
     # Speed options, off by default (measured in bench/RESULTS.md). `amp`: g runs under bf16
     # autocast (z, f, MINE and every loss stay fp32). `compile`: torch.compile g (and T) in
     # place (state_dict keys unchanged). `channels_last`: g's weights and 4-d tensor inputs in
@@ -52,6 +62,9 @@ class TrainConfig:
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.eval_batch_size < 1:
             problems.append(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        if self.train_eval_rows < 0 or self.train_eval_rows == 1:
+            problems.append(f"train_eval_rows must be 0 (every row) or >= 2, got "
+                            f"{self.train_eval_rows}")
         return problems
 
     def validate(self):
@@ -101,7 +114,14 @@ class ERM:
             self.g.compile()
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.epoch = 0
-        self.last_train_z: torch.Tensor | None = None  # training z of the last evaluate()
+        self.seed = seed
+        # The training rows evaluate() measures (None: every row): fixed for the trial, so every
+        # epoch's train_acc and mi_eval are on the same rows, and a resumed run draws the same.
+        self.eval_rows = train_eval_rows(len(bench.train), cfg.train_eval_rows, seed,
+                                         self.device)
+        # The training z, y and c of the last evaluate() (mi_eval of the same epoch reuses
+        # them instead of a second pass over the set).
+        self.last_train: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     # -- training -------------------------------------------------------------------------
     def _permutation(self, n: int) -> torch.Tensor:
@@ -145,7 +165,7 @@ class ERM:
 
     def run_epoch(self, train: Split | None = None) -> EpochStats:
         train = train if train is not None else self.bench.train
-        self.last_train_z = None
+        self.last_train = None
         start = time.perf_counter()
         for module in self.modules().values():
             module.train()
@@ -172,28 +192,42 @@ class ERM:
         return {"g": self.g, "f": self.f}
 
     @torch.no_grad()
-    def outputs(self, split: Split) -> tuple[torch.Tensor, torch.Tensor]:
-        """(z, logits) for a whole split, in eval mode, in chunks of eval_batch_size."""
+    def outputs(self, split: Split, rows: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z, logits) for a whole split (or its `rows`), in eval mode, in chunks of
+        eval_batch_size."""
         self.g.eval()
         self.f.eval()
         z = torch.cat([self._features(x) for x, _, _ in
-                       split.batches(self.cfg.eval_batch_size)])
+                       split.batches(self.cfg.eval_batch_size, rows)])
         return z, self.f(z)
 
-    def train_mi(self, z: torch.Tensor) -> float:
-        """MI of the training z with c by the method's own estimator; NaN when it has none
+    def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
+        """MI of training z with their c by the method's own estimator; NaN when it has none
         (`mi_eval`, measured by the trainable for every method, is the common measure)."""
         return math.nan
 
+    def train_eval_set(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(z, y, c) of the training rows evaluate() measures (`train_eval_rows`), at the
+        current weights: those of the last evaluate() when nothing trained since."""
+        if self.last_train is None:
+            z, _ = self.outputs(self.bench.train, self.eval_rows)
+            y, c = _rows(self.bench.train.y, self.eval_rows), _rows(
+                self.bench.train.c, self.eval_rows)
+            self.last_train = (z, y, c)
+        return self.last_train
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """train_acc, mi (`train_mi`), one accuracy per evaluation split and the benchmark's
-        extra metrics."""
-        z, logits = self.outputs(self.bench.train)
-        self.last_train_z = z  # for mi_eval of this epoch without a second pass over the set
+        """train_acc and mi (`train_mi`) on the training rows of `train_eval_rows`, one
+        accuracy per evaluation split (whole) and the benchmark's extra metrics."""
+        rows = self.eval_rows
+        z, logits = self.outputs(self.bench.train, rows)
+        y, c = _rows(self.bench.train.y, rows), _rows(self.bench.train.c, rows)
+        self.last_train = (z, y, c)
         pred = logits.argmax(1)
-        metrics = {"train_acc": _acc(pred, self.bench.train.y), "mi": self.train_mi(z)}
-        outs = {"train": SplitOutputs(pred, self.bench.train.y, self.bench.train.c)}
+        metrics = {"train_acc": _acc(pred, y), "mi": self.train_mi(z, c)}
+        outs = {"train": SplitOutputs(pred, y, c)}
         for name, split in self.bench.eval_splits.items():
             _, logits_e = self.outputs(split)
             pred_e = logits_e.argmax(1)
@@ -204,6 +238,7 @@ class ERM:
         return metrics
 
     def train_features(self) -> torch.Tensor:
+        """z of every training row, in order."""
         return self.outputs(self.bench.train)[0]
 
     # -- checkpointing --------------------------------------------------------------------
@@ -254,6 +289,20 @@ def bias_cross_entropy(logits: list[torch.Tensor], targets: torch.Tensor) -> tor
     """Mean over heads of the cross-entropy of each head with its column of `targets`."""
     return torch.stack([F.cross_entropy(lg, targets[:, i])
                         for i, lg in enumerate(logits)]).mean()
+
+
+def train_eval_rows(n_train: int, rows: int, seed: int, device: torch.device
+                    ) -> torch.Tensor | None:
+    """`rows` training rows (sorted) drawn from `seed` by a CPU generator of their own, or
+    None (every row) when `rows` is 0 or covers the whole set."""
+    if rows == 0 or rows >= n_train:
+        return None
+    gen = torch.Generator().manual_seed(seed + EVAL_ROWS_SEED_OFFSET)
+    return torch.randperm(n_train, generator=gen)[:rows].sort().values.to(device)
+
+
+def _rows(values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    return values if rows is None else values[rows]
 
 
 def _acc(pred: torch.Tensor, y: torch.Tensor) -> float:

@@ -236,10 +236,9 @@ class MIBackprop(ERM):
         return EpochStats(self.epoch, loss_task, penalty, time_s, mi_batch=penalty)
 
     # -- evaluation and state -------------------------------------------------------------
-    def train_mi(self, z: torch.Tensor) -> float:
-        """DV bound with the current T on the whole training set."""
-        return estimate_mi(self.mine, z, self.bench.train.c, self.cfg.batch_size,
-                           generator=self.gen)
+    def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
+        """DV bound with the current T on the training rows evaluate() measures."""
+        return estimate_mi(self.mine, z, c, self.cfg.batch_size, generator=self.gen)
 
     def extra_state(self) -> dict:
         return {"mine": self.mine.state_dict(), "mine_opt": self.mine_opt.state_dict(),
