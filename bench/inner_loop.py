@@ -21,6 +21,14 @@ holds its fair share of bank refreshes).
 
 --variants times every setting once per set of speed options (`plain`, or `+`-joined names
 from amp, compile, channels_last); every ratio is to the ERM step of the first variant.
+
+--fresh-forwards also times the K forwards of `fresh` alone, three ways, against an ERM step
+of the same model: K forwards of a batch each under no_grad (what `fresh` does, one inner
+batch drawn just before its MINE step), the same under inference_mode, and one batched
+forward of all K x batch rows (drawn in advance) in chunks of 4096:
+
+    python bench/inner_loop.py --modes fresh --K 80 --batch-size 1024 --fresh-forwards \
+        --steps 1 --repeats 3 --variants channels_last
 """
 
 from __future__ import annotations
@@ -117,6 +125,32 @@ def erm_step(algo: Algorithm1) -> None:
     algo.model_opt.step()
 
 
+FORWARDS = ("no_grad per batch", "inference_mode per batch", "one batched forward")
+
+
+def fresh_forwards(algo: Algorithm1, K: int, how: str) -> float:
+    """Seconds for the K inner forwards of one outer step of `fresh`, done `how`."""
+    train = algo.bench.train
+    assert isinstance(train, TensorSplit)
+    bs = algo.cfg.batch_size
+    algo.g.train()  # as in the inner loop: g stays in training mode
+    rows = torch.randint(len(train), (K * bs,), generator=algo.gen,
+                         device=algo.gen.device).to(algo.device)
+    _sync(algo.device)
+    start = time.perf_counter()
+    if how == FORWARDS[2]:
+        with torch.no_grad():
+            for i in range(0, K * bs, 4096):
+                algo._features(train.x[rows[i:i + 4096]])
+    else:
+        ctx = torch.no_grad if how == FORWARDS[0] else torch.inference_mode
+        for k in range(K):
+            with ctx():
+                algo._features(train.x[rows[k * bs:(k + 1) * bs]])
+    _sync(algo.device)
+    return time.perf_counter() - start
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--K", default="20,80", help="comma-separated K values")
@@ -140,6 +174,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="MINE's moving-average gradient rate (default: plain DV gradient)")
     p.add_argument("--variants", default="plain",
                    help=f"comma-separated option sets: plain or +-joined names of {OPTIONS}")
+    p.add_argument("--fresh-forwards", action="store_true",
+                   help="also time fresh's K forwards alone: per batch (no_grad, "
+                        "inference_mode) and batched, against an ERM step")
     args = p.parse_args(argv)
     variants = {v: [] if v == "plain" else v.split("+") for v in args.variants.split(",")}
     if any(o not in OPTIONS for opts in variants.values() for o in opts):
@@ -209,6 +246,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {s.name} | {ms:.1f} | {statistics.median(r):.2f} | "
               f"{min(r):.2f}-{max(r):.2f} | {ms * steps_60k / 1e3:.1f} | "
               f"{warmup[s.name]:.1f} |", flush=True)
+    if args.fresh_forwards:
+        erm = settings[0]
+        for K in [int(k) for k in args.K.split(",")]:
+            for how in FORWARDS:
+                fresh_forwards(erm.algo, K, how)  # warm-up
+            seconds: dict[str, list[float]] = {how: [] for how in FORWARDS}
+            for _ in range(args.repeats):
+                erm_s = erm.run()
+                for how in FORWARDS:
+                    seconds[how].append(fresh_forwards(erm.algo, K, how) / erm_s)
+            print(f"\nfresh's K = {K} inner forwards of batch {args.batch_size} per outer "
+                  f"step, x ERM step ({erm.name}), medians of {args.repeats}:")
+            for how in FORWARDS:
+                print(f"  {how:<26}{statistics.median(seconds[how]):>7.2f}")
 
 
 if __name__ == "__main__":
