@@ -117,6 +117,8 @@ class SweepArgs:
     resume: bool = False
     overwrite: bool = False
     extra: dict[str, object] = field(default_factory=dict)
+    # The keys set by a flag on the command line (the rest came from the preset).
+    explicit: frozenset[str] = frozenset()
 
     def __getitem__(self, key: str) -> object:
         return self.values[key]
@@ -317,10 +319,12 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     """`name` names the default OUT (results/<name>_<preset>); the benchmark by default."""
     ns = parser.parse_args(argv)
     values = dict(presets[ns.preset])
+    explicit = set()
     for dest, key in _OVERRIDES.items():
         v = getattr(ns, dest, None)
         if v is not None:
             values[key] = v
+            explicit.add(key)
     for key, fallback in _FALLBACKS.items():
         values.setdefault(key, fallback)
     lam_range = values.get("lam_range")
@@ -344,7 +348,13 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
                      address=ns.address, storage_path=storage, resume=ns.resume,
-                     overwrite=ns.overwrite)
+                     overwrite=ns.overwrite, explicit=frozenset(explicit))
+
+
+def flag_of(key: str) -> str:
+    """The command-line flag that sets preset key `key`."""
+    dest = next((d for d, k in _OVERRIDES.items() if k == key), key)
+    return "--" + dest.replace("_", "-")
 
 
 def _show(v: object) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from sweeps import runner
-from sweeps.cli import SweepArgs, build_parser, resolve
+from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.runner import SweepError
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
@@ -91,6 +91,21 @@ class GridSpec:
         if stray:
             raise SweepError(f"{self.prog}: settings no trial reads: {', '.join(stray)}")
 
+    def check_read(self, values: dict, explicit: frozenset[str]) -> None:
+        """A method setting given on the command line that no method of the sweep reads
+        (`--method hsic --mine-ema-rate 0.01`) is refused: the run would differ from what
+        was asked without a word."""
+        from unbiased.methods import METHODS, config_keys
+
+        methods = list(values.get("method") or ["mi_backprop"])
+        read = {key for method in methods for key in config_keys(method)}
+        for key in sorted(explicit & set(method_keys()) - read):
+            readers = [name for name in METHODS if key in config_keys(name)]
+            raise SweepError(f"{flag_of(key)} is read only by method "
+                             f"{', '.join(readers)}, and this sweep runs "
+                             f"{', '.join(methods)}: drop the flag or add the method to "
+                             f"--method")
+
     def points(self, values: dict) -> list[dict]:
         """Every trial's grid point: data axes x method x lam x K (methods that have it)
         x seed; lam = 0 once per data point and seed when several methods are swept."""
@@ -147,6 +162,7 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     parser = build_parser(spec.prog, spec.description, spec.presets, **spec.parser_options)
     args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
     try:
+        spec.check_read(args.values, args.explicit)
         points = spec.validate(args.values)
         runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)

@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
     try:
         # Every method's config at both ends of the lambda range and each K, before Ray.
+        SPEC.check_read(args.values, args.explicit)
         SPEC.validate({**args.values, "lam": list(args["lam_range"])})
         check_out_dir(args, EXPERIMENT)
         digits = load_digits(args)

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import pickle
+import signal
 import socket
 import sys
 import tempfile
@@ -304,7 +305,67 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
                 callbacks=[progress_callback(param_keys, n_trials)],
             ),
         )
-    return tuner.fit()
+    with StopSignals() as stop:
+        try:
+            grid = tuner.fit()
+        except KeyboardInterrupt:  # a second signal, or one before Tune's loop listened
+            if stop.received is None:
+                raise
+    if stop.received is not None:
+        stop.exit(args)
+    return grid
+
+
+class StopSignals:
+    """SIGTERM (`timeout`, a batch scheduler, `kill`) and SIGINT (Ctrl-C) during a sweep: Tune
+    stops the trials and saves its state (its SIGUSR1 handler does both), then the driver
+    shuts down the Ray it started and says how to resume. Without this, SIGTERM killed the
+    driver alone and left its trial workers training. A second signal stops at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._before: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        # Tune's own SIGINT handler would hide a Ctrl-C from us; one path for both signals.
+        self._env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        for sig in self.SIGNALS:
+            self._before[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        if self._env is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = self._env
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.received is not None or signal.getsignal(signal.SIGUSR1) in (
+                signal.SIG_DFL, signal.SIG_IGN, None):
+            # A second signal, or one before Tune's loop is listening: stop now.
+            self.received = signum
+            raise KeyboardInterrupt
+        self.received = signum
+        print(f"{signal.Signals(signum).name} received: stopping the trials and saving the "
+              f"sweep's state (send it again to stop at once)", file=sys.stderr, flush=True)
+        signal.raise_signal(signal.SIGUSR1)  # Tune's handler: end the run after this step
+
+    def exit(self, args: SweepArgs) -> None:
+        import ray
+
+        ray.shutdown()  # the trial workers and, for a local Ray, the Ray this driver started
+        command = " ".join(sys.argv)
+        if "--resume" not in sys.argv:
+            command += " --resume"
+        print(f"stopped by {signal.Signals(self.received).name}; the finished epochs are "
+              f"saved in {args.out}. Continue with: python {command}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(128 + int(self.received))
 
 
 def flat_config(config: dict) -> dict:

@@ -36,6 +36,13 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     # values each flag accepts but a method's config refuses: caught before Ray starts
     (["--batch-size", "1"], "batch_size must be >= 2"),
     (["--inner-z", "bank", "--bank-size", "1"], "bank_size must be >= 2"),
+    (["--train-eval-rows", "1"], "train_eval_rows must be 0"),
+    # a flag no method of the sweep reads would be dropped silently (issue 20)
+    (["--method", "hsic", "--mine-ema-rate", "0.01"],
+     "--mine-ema-rate is read only by method mi_backprop, and this sweep runs hsic"),
+    (["--method", "grad_reversal", "--K", "20"], "--K is read only by method mi_backprop"),
+    (["--method", "mi_backprop", "--head-lr", "0.01"],
+     "--head-lr is read only by method grad_reversal, confusion"),
 ])
 def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
     proc = _run(*args, "--out", str(tmp_path / "out"))
@@ -43,7 +50,8 @@ def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert needle in lines[-1] and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
-    if "must be" in needle:  # nothing else on stderr: no Ray start, no trial tracebacks
+    if "must be" in needle or "read only" in needle:
+        # nothing else on stderr: no Ray start, no trial tracebacks
         assert len(lines) == 1 and lines[0].startswith("error: ")
 
 

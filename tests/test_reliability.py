@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 from ray import tune
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,3 +301,71 @@ def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert all(epochs == (1, 2, 3) for epochs in epochs_per_trial), epochs_per_trial
     assert df["trial_id"].nunique() == 3 and (df["status"] == "ok").all()
     assert (out / "table.md").exists()
+
+
+# -- a driver stopped by SIGTERM or Ctrl-C takes its trials and its Ray with it -------------
+
+def _descendants(pid: int) -> dict[int, str]:
+    """pid -> start time (field 22 of /proc/PID/stat) of every live process under `pid`."""
+    children: dict[int, list[int]] = {}
+    started: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            started[int(entry.name)] = fields[19]
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = started[child]
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int, start: str) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and fields[19] == start  # the same process, not a reused pid
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, tmp_path):
+    out = tmp_path / "out"
+    args = [*TINY, "--lam", "0,1", "--epochs", "50", "--out", str(out)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, str(DRIVER), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        for line in proc.stdout:  # a trial is training once it has reported an epoch
+            if "epoch 1/50" in line:
+                break
+            assert time.time() < deadline, "no epoch reported in time"
+        ray_processes = _descendants(proc.pid)
+        workers = [p for p in ray_processes
+                   if "ImplicitFunc" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+        assert workers, "no trial worker found under the driver"
+        proc.send_signal(signum)
+        rest = proc.stdout.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum, rest[-2000:]
+    assert "Traceback" not in rest
+    last = rest.strip().splitlines()[-1]
+    assert last.startswith(f"stopped by {signal.Signals(signum).name}") and "--resume" in last
+    deadline = time.time() + 15
+    while time.time() < deadline and any(_alive(p, s) for p, s in ray_processes.items()):
+        time.sleep(0.5)
+    left = [p for p, s in ray_processes.items() if _alive(p, s)]
+    assert not left, f"processes of the sweep's Ray still running: {left}"
+    assert not (out / "results.parquet").exists()  # stopped: nothing half-analysed

@@ -105,3 +105,18 @@ def test_last_epoch_is_selected_by_default(ray_local, tiny_digits, tmp_path):
     result = _fit(tmp_path, tiny_digits, _config())
     df = result.metrics_dataframe.assign(trial_id="t")
     assert selected_rows(df).tolist() == [False, True]
+
+
+def test_a_trial_without_lam_takes_the_methods_default_everywhere(ray_local, tiny_digits,
+                                                                  tmp_path):
+    # One default for lam (TrainConfig's 1.0): the method trains with it and the trial does
+    # not take the missing lam for an ERM baseline (which would switch off lowest_mi).
+    from unbiased.methods import TrainConfig
+
+    config = _config(select_epoch="lowest_mi")
+    del config["lam"]
+    assert TrainConfig().lam > 0
+    result = _fit(tmp_path, tiny_digits, config)
+    assert result.error is None
+    df = result.metrics_dataframe
+    assert df["mi_eval"].notna().all()  # measured every epoch: the stopping rule is on

@@ -72,14 +72,15 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     if select not in SELECT_EPOCH_RULES:
         raise ValueError(f"select_epoch must be one of {SELECT_EPOCH_RULES}, got {select!r}")
     mi_steps = int(config.get("mi_eval_steps", 2000))
-    if float(config.get("lam", 0.0)) == 0:
+    method = str(config.get("method", DEFAULT_METHOD))
+    bench = build(config).to(device)
+    algo = make_method(method, bench, config, seed=seed, device=device)
+    # lam as the method reads it (its Config's default when the trial config has none).
+    if algo.cfg.lam == 0:
         # lam = 0 is the ERM baseline: reported at its last epoch, as a user would train it
         # (the stopping rule is part of the method, and on ERM it would pick early epochs
         # whose lower MI only reflects a less fitted model).
         select = "last"
-    method = str(config.get("method", DEFAULT_METHOD))
-    bench = build(config).to(device)
-    algo = make_method(method, bench, config, seed=seed, device=device)
     # A method without an MI estimator of its own reports mi and mi_batch as NaN.
     watched = ("loss_task", "penalty") + (("mi_batch", "mi") if algo.has_mi_estimator else ())
 
