@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -76,9 +77,16 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
         proc.wait(10)
 
 
+@dataclass
+class Cluster:
+    address: str
+    head: subprocess.Popen  # `ray start --head --block`
+    worker: subprocess.Popen  # `ray start --address --block`
+
+
 @pytest.fixture
-def two_nodes() -> Iterator[str]:
-    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b); yields the address."""
+def two_nodes() -> Iterator[Cluster]:
+    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b)."""
     # Short path: Ray's unix sockets live under it and must stay under 108 characters.
     temp = tempfile.mkdtemp(prefix="rmn", dir="/tmp")
     port = _free_port()
@@ -102,7 +110,7 @@ def two_nodes() -> Iterator[str]:
                     start_new_session=True))
             _wait_for(lambda log=log: STARTED in log.read_text(), f"{name} node", 120, procs)
         assert _listening(port)
-        yield f"127.0.0.1:{port}"
+        yield Cluster(f"127.0.0.1:{port}", procs[0], procs[1])
     finally:
         _stop(list(reversed(procs)))
         shutil.rmtree(temp, ignore_errors=True)
@@ -115,7 +123,7 @@ def test_digits_grid_spreads_trials_over_two_nodes(two_nodes, tmp_path):
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     # Two trials at 1 CPU each on two 1-CPU nodes: they can only run side by side, one per node.
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address", two_nodes,
+        [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address", two_nodes.address,
          "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs", "1", "--K", "2",
          "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu",
          "--cpus-per-trial", "1", "--storage-path", str(storage), "--out", str(out)],
@@ -132,3 +140,89 @@ def test_digits_grid_spreads_trials_over_two_nodes(two_nodes, tmp_path):
     checkpoints = list(experiment.glob("*/checkpoint_*"))
     assert len(checkpoints) == 2, sorted(p.name for p in experiment.iterdir())
     assert not (out / "tune").exists()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process under `pid` (Ray's trial workers start sessions of their own, so
+    the node's process group alone would miss them)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _reported_epochs(experiment: Path) -> list[int]:
+    """Epochs each trial has reported so far (from Tune's result.json in the storage)."""
+    counts = []
+    for path in experiment.glob("*/result.json"):
+        counts.append(sum(1 for line in path.read_text().splitlines() if line.strip()))
+    return counts
+
+
+def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_nodes,
+                                                                            tmp_path):
+    """A spot reclaim: the worker node and everything it runs are SIGKILLed mid-trial. Tune
+    restarts that trial from its last checkpoint on the head; every epoch is recorded once."""
+    storage = tmp_path / "shared"
+    out = tmp_path / "out"
+    epochs = 4
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    driver = subprocess.Popen(
+        [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address",
+         two_nodes.address, "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs",
+         str(epochs), "--K", "2", "--batch-size", "256", "--mi-eval-steps", "30", "--device",
+         "cpu", "--cpus-per-trial", "1", "--storage-path", str(storage), "--out", str(out)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    experiment = storage / out.name / "digits_grid"
+    try:
+        # Two 1-CPU trials on two 1-CPU nodes: one runs on each. Once both have reported
+        # their first epoch (with its checkpoint), the worker node vanishes.
+        deadline = time.monotonic() + 300
+        while len(_reported_epochs(experiment)) < 2 or min(_reported_epochs(experiment)) < 1:
+            assert driver.poll() is None, driver.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "the trials did not report in time"
+            time.sleep(0.2)
+        lost_at = max(_reported_epochs(experiment))
+        assert lost_at < epochs, "a trial finished before the node was lost"
+        victims = [two_nodes.worker.pid, *_descendants(two_nodes.worker.pid)]
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        text, _ = driver.communicate(timeout=600)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(10)
+    assert driver.returncode == 0, text[-3000:]
+    df = pd.read_parquet(out / "results.parquet")
+    assert (df["status"] == "ok").all()
+    # every epoch of every trial exactly once
+    per_trial = df.groupby("trial_id")["epoch"].apply(lambda e: sorted(e))
+    assert all(list(e) == list(range(1, epochs + 1)) for e in per_trial), per_trial
+    # the trial on the lost node resumed after its last checkpoint, on the other node
+    restarted = df[df["start_epoch"] > 1]
+    assert restarted["trial_id"].nunique() == 1, df[["trial_id", "epoch", "start_epoch"]]
+    trial = df[df["trial_id"] == restarted["trial_id"].iloc[0]].sort_values("epoch")
+    resumed_at = int(restarted["start_epoch"].min())
+    assert 2 <= resumed_at <= lost_at + 1
+    before = trial[trial["epoch"] < resumed_at]
+    after = trial[trial["epoch"] >= resumed_at]
+    assert (after["start_epoch"] == resumed_at).all()
+    assert set(before["node_id"]).isdisjoint(set(after["node_id"]))  # it moved off the node
+    print(f"node lost after {lost_at} reported epoch(s); restarted trial:\n"
+          + trial[["trial_id", "lam", "epoch", "start_epoch", "node_id"]].to_string())
