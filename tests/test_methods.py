@@ -155,7 +155,12 @@ def test_each_method_trains_under_ray_reports_every_metric_and_resumes(method, r
         tune.with_resources(tune.with_parameters(train_digits, digits=tiny_digits),
                             {"cpu": 1}),
         param_space=config,
+        # num_to_keep=1 as the sweeps run it (sweeps/runner.py): Tune then copies a trial's
+        # result.json to the storage right after each checkpoint, before the restarted
+        # attempt copies it back (without it the restart could take back a copy older than
+        # epoch 1 and drop that epoch's row: seen here when the machine was loaded).
         run_config=tune.RunConfig(name="m", storage_path=str(tmp_path), verbose=0,
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                                   failure_config=tune.FailureConfig(max_failures=1)))
     [result] = tuner.fit()
     assert result.error is None

@@ -21,7 +21,9 @@ def _fit(tmp_path, digits, config, max_failures=0):
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(train_digits, digits=digits), {"cpu": 1}),
         param_space=config,
+        # num_to_keep=1 as the sweeps (tests/test_methods.py says why a restart needs it)
         run_config=tune.RunConfig(name="t", storage_path=str(tmp_path), verbose=0,
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                                   failure_config=tune.FailureConfig(max_failures=max_failures)),
     )
     grid = tuner.fit()
