@@ -7,8 +7,9 @@ of the methods (`unbiased.methods`), validates every value before Ray starts, ru
 and writes the results.
 
 Grid points: data axes x method x lam x K x seed, where K is an axis only for methods that
-have it (mi_backprop) and lam = 0 (plain ERM for every method) runs once per data point and
-seed, under the first method listed, when several methods are swept.
+have it (mi_backprop) and lam = 0 (plain ERM for every method and K: the methods draw from
+generators of their own) runs once per data point and seed, under the first method and K
+listed.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class GridSpec:
 
     def points(self, values: dict) -> list[dict]:
         """Every trial's grid point: data axes x method x lam x K (methods that have it)
-        x seed; lam = 0 once per data point and seed when several methods are swept."""
+        x seed; lam = 0 once per data point and seed (the first method and K)."""
         methods = list(values.get("method") or ["mi_backprop"])
         axes = [[(key, v) for v in values[key]] for key in self.data_axes]
         out = []
@@ -118,6 +119,8 @@ class GridSpec:
                     if lam == 0 and i > 0:
                         continue  # the same ERM model as the first method's lam = 0
                     Ks = values["K"] if has_key(method, "K") else [None]
+                    if lam == 0:
+                        Ks = Ks[:1]  # plain ERM whatever K: once, under the first K
                     for K, seed in itertools.product(Ks, values["seeds"]):
                         point = {**dict(data), "method": method, "lam": float(lam),
                                  "seed": int(seed)}

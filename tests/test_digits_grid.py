@@ -65,6 +65,18 @@ def test_existing_results_are_not_overwritten_without_a_flag(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["experiment.json"]
 
 
+def test_lam_zero_runs_once_per_data_point_and_seed():
+    from sweeps.digits_grid import SPEC
+
+    values = {"sigma": [0.02, 0.03], "method": ["mi_backprop", "hsic"], "lam": [0.0, 1.0],
+              "K": [20, 40, 80], "seeds": [0, 1]}
+    points = SPEC.points(values)
+    zero = [p for p in points if p["lam"] == 0]
+    assert len(zero) == 2 * 2  # sigma x seed: not once per method or K
+    assert {(p["method"], p.get("K")) for p in zero} == {("mi_backprop", 20)}
+    assert len(points) == len(zero) + 2 * 2 * (3 + 1)  # lam 1: mi_backprop per K, hsic
+
+
 def test_help_explains_presets():
     proc = _run("--help")
     assert proc.returncode == 0

@@ -9,32 +9,40 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixtures.record_mi_backprop import CASES, run
+from tests.fixtures.record_mi_backprop import CASES, recording_path, run
 from unbiased.methods import ERM, METHODS, TrainConfig, make_method, method_config
 from unbiased.methods.hsic import hsic
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _matches(before: dict, after: dict) -> list[tuple[str, int, str]]:
+def _mismatches(before: dict, after: dict, epochs: int | None = None, rel: float = 1e-6,
+                abs_: float = 1e-9, keys: tuple[str, ...] | None = None
+                ) -> list[tuple[str, int, str]]:
     return [(case, epoch, key) for case, rows in before.items()
             for epoch, (old, new) in enumerate(zip(rows, after[case], strict=True), 1)
-            for key, value in old.items()
-            if new[key] != pytest.approx(value, rel=1e-6, abs=1e-9)]
+            if epochs is None or epoch <= epochs
+            for key, value in old.items() if keys is None or key in keys
+            if new[key] != pytest.approx(value, rel=rel, abs=abs_)]
 
 
-def test_mi_backprop_matches_its_metrics_before_the_registry():
-    # Recorded with Algorithm1 as it was in unbiased/train.py before the move (c8e5eb6), once
-    # per CPU it was recorded on: float kernels differ between CPUs (an AMD EPYC's epoch-2
-    # train_acc differs by .11 from the first recording's after 2 epochs), and the code
-    # before the move reproduces each file exactly on its own CPU.
-    recordings = sorted(FIXTURES.glob("mi_backprop_before_registry*.json"))
-    assert recordings
+def test_mi_backprop_matches_its_recorded_metrics():
+    # Recorded per kind of CPU (tests/fixtures/record_mi_backprop.py says why). On a CPU with
+    # a recording every metric of every epoch must match; on another, the first epoch's loss
+    # and MI must match every recording to within the kernels' differences measured between
+    # two CPUs (8e-4 relative), which a change to the algorithm or its draws would exceed.
     after = run(lambda bench, values, seed: make_method("mi_backprop", bench, values, seed))
     assert set(after) == set(CASES)
-    mismatches = {path.name: _matches(json.loads(path.read_text()), after)
-                  for path in recordings}
-    assert any(not bad for bad in mismatches.values()), mismatches
+    own = recording_path()
+    recordings = sorted(FIXTURES.glob("mi_backprop_metrics_*.json"))
+    assert recordings
+    if own.exists():
+        assert not _mismatches(json.loads(own.read_text()), after), own.name
+        return
+    for path in recordings:
+        bad = _mismatches(json.loads(path.read_text()), after, epochs=1, rel=5e-3,
+                          abs_=1e-3, keys=("loss_task", "mi_batch"))
+        assert not bad, (path.name, bad)
 
 
 def _tiny_bench(grey_digits, n_train=256, n_test=128):
@@ -68,6 +76,35 @@ def test_lam_zero_is_plain_erm_and_lam_one_is_not(method, grey_digits):
         assert torch.equal(a, b)
     assert any(not torch.equal(a, b) for a, b in zip(_weights(erm), _weights(one),
                                                        strict=True))
+
+
+def test_lam_zero_is_the_same_erm_under_every_method_and_K(grey_digits):
+    # Each method draws from generators of its own (issue 20): at lam = 0, g and f see the
+    # same batches in the same order as plain ERM, epoch after epoch, evaluation included.
+    torch.set_num_threads(1)
+    bench = _tiny_bench(grey_digits)
+    hosts = {"erm": None, "mi_backprop K=2": ("mi_backprop", {"K": 2}),
+             "mi_backprop K=5 fresh": ("mi_backprop", {"K": 5, "inner_z": "fresh"}),
+             "mi_backprop K=3 bank pool": ("mi_backprop", {"K": 3, "inner_z": "bank",
+                                                           "bank_size": 64}),
+             "hsic": ("hsic", {}), "grad_reversal": ("grad_reversal", {}),
+             "confusion": ("confusion", {})}
+    runs = {}
+    for name, host in hosts.items():
+        if host is None:
+            algo = ERM(bench, TrainConfig(lam=0.0, batch_size=VALUES["batch_size"],
+                                          lr=VALUES["lr"]), seed=5)
+        else:
+            algo = make_method(host[0], bench, {**VALUES, **host[1], "lam": 0.0}, seed=5)
+        epochs = []
+        for _ in range(3):
+            stats = algo.run_epoch()
+            metrics = algo.evaluate()
+            epochs.append((stats.loss_task, metrics["train_acc"], metrics["test_acc"]))
+        runs[name] = (epochs, _weights(algo))
+    for name, (epochs, weights) in runs.items():
+        assert epochs == runs["erm"][0], name
+        assert all(torch.equal(a, b) for a, b in zip(weights, runs["erm"][1], strict=True))
 
 
 @pytest.mark.parametrize("method", list(METHODS))

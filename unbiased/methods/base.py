@@ -6,11 +6,12 @@ a method overrides `update` (one mini-batch) and, when it has modules of its own
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
@@ -21,9 +22,14 @@ from torch import nn
 from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit
 from unbiased.models import linear_classifier
 
-# The subset of training rows evaluated (train_eval_rows) is drawn from seed + this, by a
-# generator used for nothing else: not the same stream as any other draw seeded by `seed`.
+# Seed offsets of the streams a trial draws from besides the data order (the trial seed):
+# the training rows evaluated (train_eval_rows); the method's own randomness (its modules'
+# init and its shuffles: `method_gen`), so g and f see the same data order whatever the
+# method and its settings, and a lam = 0 trial is the same ERM under every method; and the
+# shuffles of evaluation, one fresh stream per epoch, so evaluating never moves training.
 EVAL_ROWS_SEED_OFFSET = 1_000_003
+METHOD_SEED_OFFSET = 2_000_003
+EVAL_SEED_OFFSET = 3_000_017
 
 
 @dataclass
@@ -84,9 +90,10 @@ class EpochStats:
 
 
 class ERM:
-    """g and f by Adam on the task loss. Every sampling decision (batch order, and a
-    method's own shuffles) comes from one generator on the training device, so a run is
-    reproducible and resumable from its saved state."""
+    """g and f by Adam on the task loss. The batch order comes from `gen`, a method's own
+    draws from `method_gen` (both on the training device, seeded from the trial seed, saved
+    in the state), so a run is reproducible and resumable, and the data order of g and f does
+    not depend on the method."""
 
     name: ClassVar[str] = "erm"
     Config: ClassVar[type[TrainConfig]] = TrainConfig
@@ -113,6 +120,8 @@ class ERM:
             torch._functorch.config.donated_buffer = False
             self.g.compile()
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.method_gen = torch.Generator(device=self.device).manual_seed(
+            seed + METHOD_SEED_OFFSET)
         self.epoch = 0
         self.seed = seed
         # The training rows evaluate() measures (None: every row): fixed for the trial, so every
@@ -122,6 +131,19 @@ class ERM:
         # The training z, y and c of the last evaluate() (mi_eval of the same epoch reuses
         # them instead of a second pass over the set).
         self.last_train: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    @contextlib.contextmanager
+    def own_init(self) -> Iterator[None]:
+        """Initialise a method's own modules (MINE's T, a bias head) inside this block: from
+        the method's seed, leaving torch's global generator as g and f's init left it."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed + METHOD_SEED_OFFSET)
+            yield
+
+    def eval_generator(self) -> torch.Generator:
+        """A fresh generator for the shuffles of this epoch's evaluation."""
+        return torch.Generator(device=self.device).manual_seed(
+            self.seed + EVAL_SEED_OFFSET + self.epoch)
 
     # -- training -------------------------------------------------------------------------
     def _permutation(self, n: int) -> torch.Tensor:
@@ -252,9 +274,11 @@ class ERM:
     def state_dict(self) -> dict:
         """A snapshot (deep copy): later training does not change it."""
         return copy.deepcopy({
-            "method": self.name, "epoch": self.epoch, "g": self.g.state_dict(),
+            "method": self.name, "epoch": self.epoch, "seed": self.seed,
+            "g": self.g.state_dict(),
             "f": self.f.state_dict(), "model_opt": self.model_opt.state_dict(),
-            "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "gen": self.gen.get_state(), "method_gen": self.method_gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
             "cfg": asdict(self.cfg), **self.extra_state()})
 
     def load_state_dict(self, state: dict) -> None:
@@ -262,7 +286,13 @@ class ERM:
         self.f.load_state_dict(state["f"])
         self.model_opt.load_state_dict(state["model_opt"])
         self.load_extra_state(state)
+        if "seed" in state:  # the seed of the evaluation subset and shuffles
+            self.seed = int(state["seed"])
+            self.eval_rows = train_eval_rows(len(self.bench.train), self.cfg.train_eval_rows,
+                                             self.seed, self.device)
         self.gen.set_state(state["gen"])
+        if "method_gen" in state:  # absent from checkpoints written before it existed
+            self.method_gen.set_state(state["method_gen"])
         torch.set_rng_state(state["torch_rng"])
         self.epoch = int(state["epoch"])
 

@@ -60,7 +60,9 @@ class HeadMethod(ERM):
     def __init__(self, bench: Benchmark, cfg: BiasHeadConfig, seed: int,
                  device: torch.device | str = "cpu"):
         super().__init__(bench, cfg, seed, device)
-        self.head = BiasHead(bench.z_dim, bench.bias_classes, cfg.head_hidden).to(self.device)
+        with self.own_init():
+            self.head = BiasHead(bench.z_dim, bench.bias_classes,
+                                 cfg.head_hidden).to(self.device)
         self.head_opt = torch.optim.Adam(self.head.parameters(), lr=cfg.head_lr or cfg.lr,
                                          fused=self.fused)
 

@@ -95,8 +95,9 @@ class MIBackprop(ERM):
     def __init__(self, bench: Benchmark, cfg: MIBackpropConfig, seed: int,
                  device: torch.device | str = "cpu"):
         super().__init__(bench, cfg, seed, device)
-        self.mine = MINE(bench.z_dim, bench.c_dim, cfg.mine_hidden, cfg.mine_hidden_layers,
-                         cfg.mine_ema_rate).to(self.device)
+        with self.own_init():
+            self.mine = MINE(bench.z_dim, bench.c_dim, cfg.mine_hidden,
+                             cfg.mine_hidden_layers, cfg.mine_ema_rate).to(self.device)
         # "separate": theta's MI gradient gets an Adam of its own (lr * lam), as the authors'.
         self.mi_opt: torch.optim.Optimizer | None = None
         if cfg.theta_update == "separate" and cfg.lam > 0:
@@ -122,8 +123,8 @@ class MIBackprop(ERM):
     # -- the K inner steps ----------------------------------------------------------------
     def _indices(self, n: int, size: int) -> torch.Tensor:
         # Sampling with replacement: O(size) instead of a permutation of the whole set.
-        return torch.randint(n, (size,), generator=self.gen,
-                             device=self.gen.device).to(self.device)
+        return torch.randint(n, (size,), generator=self.method_gen,
+                             device=self.method_gen.device).to(self.device)
 
     def _refresh_bank(self, train: Split) -> None:
         size, chunk = self.cfg.bank_size, self.cfg.eval_batch_size
@@ -131,7 +132,9 @@ class MIBackprop(ERM):
             self._bank_rows, self._bank_c = None, train.c
             batches = train.batches(chunk)
         else:  # a pool: `size` distinct rows, drawn anew at each refresh
-            self._bank_rows = self._permutation(len(train))[:size]
+            self._bank_rows = torch.randperm(len(train), generator=self.method_gen,
+                                             device=self.method_gen.device)[:size].to(
+                                                 self.device)
             self._bank_c = train.c[self._bank_rows]
             batches = train.batches(chunk, self._bank_rows)
         with torch.no_grad():
@@ -172,7 +175,7 @@ class MIBackprop(ERM):
     def _mine_steps(self, train: Split, z_batch: torch.Tensor | None,
                     c_batch: torch.Tensor) -> None:
         for z, c in self._inner_batches(train, z_batch, c_batch):
-            loss, _ = self.mine.phi_loss(z, c, self.gen)
+            loss, _ = self.mine.phi_loss(z, c, self.method_gen)
             self.mine_opt.zero_grad(set_to_none=True)
             loss.backward()
             self.mine_opt.step()
@@ -205,10 +208,10 @@ class MIBackprop(ERM):
         if self.cfg.lam == 0:
             loss_task.backward()
             with torch.no_grad():
-                mi = self.mine.lower_bound(z.detach(), c, self.gen)
+                mi = self.mine.lower_bound(z.detach(), c, self.method_gen)
             self.model_opt.step()
             return loss_task.detach(), mi
-        mi = self.mine.lower_bound(z, c, self.gen)
+        mi = self.mine.lower_bound(z, c, self.method_gen)
         g_task = torch.autograd.grad(loss_task, theta + psi, retain_graph=True)
         # Only theta's MI gradient is taken: phi is trained by ascent alone, psi by L_task.
         g_mi = torch.autograd.grad(mi, theta, allow_unused=True)
@@ -238,7 +241,8 @@ class MIBackprop(ERM):
     # -- evaluation and state -------------------------------------------------------------
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
         """DV bound with the current T on the training rows evaluate() measures."""
-        return estimate_mi(self.mine, z, c, self.cfg.batch_size, generator=self.gen)
+        return estimate_mi(self.mine, z, c, self.cfg.batch_size,
+                           generator=self.eval_generator())
 
     def extra_state(self) -> dict:
         return {"mine": self.mine.state_dict(), "mine_opt": self.mine_opt.state_dict(),
