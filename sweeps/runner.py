@@ -378,8 +378,9 @@ def _finished(result) -> bool:
     """A trial that reported its last epoch (or stopped itself as diverged) without error."""
     metrics = result.metrics or {}
     epochs = flat_config(result.config or {}).get("epochs")
-    return result.error is None and bool(metrics) and (
-        metrics.get("epoch") == epochs or bool(metrics.get("diverged")))
+    if result.error is not None or "epoch" not in metrics:
+        return False  # a trial that never reported has no config in its result either
+    return metrics["epoch"] == epochs or bool(metrics.get("diverged"))
 
 
 def results_frame(result_grid, experiment: str, benchmark: str,

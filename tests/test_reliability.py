@@ -369,3 +369,14 @@ def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, t
     left = [p for p, s in ray_processes.items() if _alive(p, s)]
     assert not left, f"processes of the sweep's Ray still running: {left}"
     assert not (out / "results.parquet").exists()  # stopped: nothing half-analysed
+
+
+def test_a_trial_that_never_reported_is_not_counted_as_finished():
+    from types import SimpleNamespace
+
+    from sweeps.runner import _finished
+
+    never = SimpleNamespace(error=None, metrics={"trial_id": "a"}, config=None)
+    half = SimpleNamespace(error=None, metrics={"epoch": 1}, config={"epochs": 3})
+    done = SimpleNamespace(error=None, metrics={"epoch": 3}, config={"epochs": 3})
+    assert [_finished(r) for r in (never, half, done)] == [False, False, True]
