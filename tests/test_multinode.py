@@ -26,6 +26,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.processes import descendants
+
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 STARTED = "Ray runtime started."
@@ -142,26 +144,6 @@ def test_digits_grid_spreads_trials_over_two_nodes(two_nodes, tmp_path):
     assert not (out / "tune").exists()
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live process under `pid` (Ray's trial workers start sessions of their own, so
-    the node's process group alone would miss them)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _reported_epochs(experiment: Path) -> list[int]:
     """Epochs each trial has reported so far (from Tune's result.json in the storage)."""
     counts = []
@@ -197,7 +179,7 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
             time.sleep(0.2)
         lost_at = max(_reported_epochs(experiment))
         assert lost_at < epochs, "a trial finished before the node was lost"
-        victims = [two_nodes.worker.pid, *_descendants(two_nodes.worker.pid)]
+        victims = [two_nodes.worker.pid, *descendants(two_nodes.worker.pid)]
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)

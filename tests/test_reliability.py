@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from ray import tune
 
+from tests.processes import alive, descendants
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
 TINY = ["--sigma", "0.03", "--seeds", "0", "--K", "2", "--batch-size", "256",
@@ -25,6 +27,14 @@ TINY = ["--sigma", "0.03", "--seeds", "0", "--K", "2", "--batch-size", "256",
 def _driver(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(DRIVER), *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout)
+
+
+def _start_driver(args: list[str]) -> subprocess.Popen:
+    """The digits driver in a session of its own, its output line by line."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, str(DRIVER), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
@@ -261,10 +271,7 @@ def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
 def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     out = tmp_path / "out"
     args = [*TINY, "--lam", "0,0.5,1", "--epochs", "3", "--out", str(out)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, str(DRIVER), *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = _start_driver(args)
     finished_first: list[str] = []
     deadline = time.time() + 300
     try:
@@ -305,51 +312,18 @@ def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(tmp_path):
 
 # -- a driver stopped by SIGTERM or Ctrl-C takes its trials and its Ray with it -------------
 
-def _descendants(pid: int) -> dict[int, str]:
-    """pid -> start time (field 22 of /proc/PID/stat) of every live process under `pid`."""
-    children: dict[int, list[int]] = {}
-    started: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-            started[int(entry.name)] = fields[19]
-    found, todo = {}, [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found[child] = started[child]
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int, start: str) -> bool:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] != "Z" and fields[19] == start  # the same process, not a reused pid
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, tmp_path):
     out = tmp_path / "out"
     args = [*TINY, "--lam", "0,1", "--epochs", "50", "--out", str(out)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, str(DRIVER), *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = _start_driver(args)
     try:
         deadline = time.time() + 300
         for line in proc.stdout:  # a trial is training once it has reported an epoch
             if "epoch 1/50" in line:
                 break
             assert time.time() < deadline, "no epoch reported in time"
-        ray_processes = _descendants(proc.pid)
+        ray_processes = descendants(proc.pid)
         workers = [p for p in ray_processes
                    if "ImplicitFunc" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
         assert workers, "no trial worker found under the driver"
@@ -364,9 +338,9 @@ def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, t
     last = rest.strip().splitlines()[-1]
     assert last.startswith(f"stopped by {signal.Signals(signum).name}") and "--resume" in last
     deadline = time.time() + 15
-    while time.time() < deadline and any(_alive(p, s) for p, s in ray_processes.items()):
+    while time.time() < deadline and any(alive(p, s) for p, s in ray_processes.items()):
         time.sleep(0.5)
-    left = [p for p, s in ray_processes.items() if _alive(p, s)]
+    left = [p for p, s in ray_processes.items() if alive(p, s)]
     assert not left, f"processes of the sweep's Ray still running: {left}"
     assert not (out / "results.parquet").exists()  # stopped: nothing half-analysed
 

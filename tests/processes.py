@@ -1,0 +1,37 @@
+"""The processes a test started, read from /proc (Linux): Ray's trial workers start sessions of
+their own, so neither a process group nor `ray stop` finds them all; their parents do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> start time (field 22 of /proc/PID/stat) of every live process under `pid`."""
+    children: dict[int, list[int]] = {}
+    started: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            started[int(entry.name)] = fields[19]
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = started[child]
+            todo.append(child)
+    return found
+
+
+def alive(pid: int, start: str) -> bool:
+    """Whether `pid` is still the process that started at `start` (not a reused pid)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and fields[19] == start
