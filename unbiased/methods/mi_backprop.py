@@ -18,7 +18,7 @@ from torch import nn
 
 from unbiased.data import Benchmark, Split
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
-from unbiased.mine import MINE, estimate_mi
+from unbiased.mine import MINE, estimate_mi, permutation
 
 INNER_Z_MODES: tuple[str, ...] = ("fresh", "batch", "bank")
 MINE_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
@@ -132,9 +132,7 @@ class MIBackprop(ERM):
             self._bank_rows, self._bank_c = None, train.c
             batches = train.batches(chunk)
         else:  # a pool: `size` distinct rows, drawn anew at each refresh
-            self._bank_rows = torch.randperm(len(train), generator=self.method_gen,
-                                             device=self.method_gen.device)[:size].to(
-                                                 self.device)
+            self._bank_rows = permutation(len(train), self.method_gen, self.device)[:size]
             self._bank_c = train.c[self._bank_rows]
             batches = train.batches(chunk, self._bank_rows)
         with torch.no_grad():
