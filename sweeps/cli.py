@@ -116,6 +116,8 @@ class SweepArgs:
     storage_path: str | None = None
     resume: bool = False
     overwrite: bool = False
+    tracker: str = "none"  # sweeps/tracking.py: none or mlflow
+    tracking_uri: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
     # The keys set by a flag on the command line (the rest came from the preset).
     explicit: frozenset[str] = frozenset()
@@ -273,6 +275,13 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                         "OUT/tune")
     p.add_argument("--out", type=Path, help="results directory (results.parquet, tables, "
                                             "figures); default: results/<sweep>_<preset>")
+    p.add_argument("--tracker", choices=["none", "mlflow"], default="none",
+                   help="also log the sweep to an experiment tracker: mlflow (one run per "
+                        "trial, nested under a run of the sweep; needs the extra: pip install "
+                        "'unbiased-mi[mlflow]')")
+    p.add_argument("--tracking-uri",
+                   help="MLflow tracking URI (a server's http://host:port, or a database); "
+                        "default: sqlite:///OUT/mlflow.db")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",
                        help="continue an interrupted sweep in OUT")
@@ -344,11 +353,14 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
         parser.error(f"argument --root: {root} does not exist")
     if values.get("source") == "mnist" and not values.get("root"):
         values["root"] = "data"
+    if ns.tracking_uri and ns.tracker != "mlflow":
+        parser.error("argument --tracking-uri: only read with --tracker mlflow")
     out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
                      address=ns.address, storage_path=storage, resume=ns.resume,
-                     overwrite=ns.overwrite, explicit=frozenset(explicit))
+                     overwrite=ns.overwrite, tracker=ns.tracker,
+                     tracking_uri=ns.tracking_uri, explicit=frozenset(explicit))
 
 
 def flag_of(key: str) -> str:

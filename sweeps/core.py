@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sweeps import runner
+from sweeps import runner, tracking
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.runner import SweepError
 
@@ -166,9 +166,11 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
     try:
         spec.check_read(args.values, args.explicit)
+        tracking.check_installed(args)
         points = spec.validate(args.values)
         runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
+        tracking.start(args, spec.experiment)
         print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
               f"{args['epochs']} epochs each -> {args.out}", flush=True)
         runner.init_ray(args.address)
@@ -183,11 +185,14 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
         if spec.extra_rows is not None:
             df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
         written = runner.write_outputs(args, spec.experiment, df)
+        tracking.finish(args, df, written)
     except SweepError as exc:
         runner.fail(str(exc))
     summary(df, spec.summary_columns)
     for path in written:
         print(f"wrote {path}")
+    for line in tracking.hints(args, runner.storage_dir(args)):
+        print(line)
     return 0 if runner.all_ok(df) else 1
 
 

@@ -270,6 +270,8 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     (lambda_search.py); grids leave them at None/1."""
     from ray import tune
 
+    from sweeps import tracking
+
     # Tune warns on every forced snapshot when num_to_keep is set; the checkpoints are small.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
@@ -302,7 +304,8 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 failure_config=tune.FailureConfig(max_failures=2),
                 verbose=0,
-                callbacks=[progress_callback(param_keys, n_trials)],
+                callbacks=[progress_callback(param_keys, n_trials),
+                           *tracking.callbacks(args, param_keys)],
             ),
         )
     with StopSignals() as stop:
