@@ -2,6 +2,7 @@
 
     python -m sweeps digits --preset quick
     python -m sweeps german --help
+    python -m sweeps rerun results/digits_quick --seeds 3,4,5
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ DRIVERS = {
     "imdb": "sweeps.imdb_grid",
     "k_ablation": "sweeps.k_ablation",
     "lambda_search": "sweeps.lambda_search",
+    "rerun": "sweeps.rerun",  # not a benchmark: re-runs a finished sweep's picks on new seeds
 }
 
 

@@ -118,6 +118,7 @@ class SweepArgs:
     overwrite: bool = False
     tracker: str = "none"  # sweeps/tracking.py: none or mlflow
     tracking_uri: str | None = None
+    # More fields for OUT/experiment.json (a re-run records the sweep it re-runs).
     extra: dict[str, object] = field(default_factory=dict)
     # The keys set by a flag on the command line (the rest came from the preset).
     explicit: frozenset[str] = frozenset()

@@ -129,13 +129,14 @@ class GridSpec:
                         out.append(point)
         return out
 
-    def validate(self, values: dict) -> list[dict]:
-        """Every trial's method config, built and checked before Ray starts; the points."""
+    def validate(self, values: dict, points: list[dict] | None = None) -> list[dict]:
+        """Every trial's method config, built and checked before Ray starts; the points (the
+        grid of `values` unless given)."""
         from unbiased.methods import method_config
 
         self.check_keys(values)
         fixed = self.fixed_values(values)
-        points = self.points(values)
+        points = self.points(values) if points is None else points
         for point in points:
             try:
                 method_config(point["method"], {**fixed, **point})
@@ -166,8 +167,19 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
     try:
         spec.check_read(args.values, args.explicit)
+    except SweepError as exc:
+        runner.fail(str(exc))
+    return run_points(spec, args)
+
+
+def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None,
+               after: Callable[[SweepArgs, pd.DataFrame], list] | None = None) -> int:
+    """Run the trials of `points` (the grid of args' values unless given) and write the
+    results; `after(args, df)` writes more outputs (their paths) before the tracker logs
+    them. Returns the driver's exit status."""
+    try:
         tracking.check_installed(args)
-        points = spec.validate(args.values)
+        points = spec.validate(args.values, points)
         runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         tracking.start(args, spec.experiment)
@@ -185,6 +197,8 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
         if spec.extra_rows is not None:
             df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
         written = runner.write_outputs(args, spec.experiment, df)
+        if after is not None:
+            written += after(args, df)
         tracking.finish(args, df, written)
     except SweepError as exc:
         runner.fail(str(exc))

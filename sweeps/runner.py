@@ -499,7 +499,7 @@ def write_outputs(args: SweepArgs, experiment: str, df: pd.DataFrame) -> list[Pa
     path = args.out / "results.parquet"
     record = {"experiment": experiment, "benchmark": args.benchmark, "preset": args.preset,
               "values": args.values, "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              **provenance()}
+              **args.extra, **provenance()}
     meta = {"unbiased.experiment": json.dumps(record, default=str, sort_keys=True)}
     atomic_write_parquet(df, path, metadata=meta)
     atomic_write_text(args.out / EXPERIMENT_FILE, json.dumps(record, indent=2, default=str))
