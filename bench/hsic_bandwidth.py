@@ -7,7 +7,7 @@ digits are, the training accuracy on them, and the batch HSIC.
     .venv/bin/python bench/hsic_bandwidth.py --lam 1 --epochs 2 --bandwidth median-detached
     .venv/bin/python bench/hsic_bandwidth.py --lam 1 --epochs 2 --bandwidth 10
 
-Measured (README "Measured", 2026-11-24, sigma 0.03, seed 0, lam 1, after epoch 1): detached,
+Measured (docs/MEASURED.md, 2026-11-24, sigma 0.03, seed 0, lam 1, after epoch 1): detached,
 median distance 0.0067 and training accuracy 0.000 (lam 0.3: 18.5 and 0.94); in the graph,
 10.2 and 0.97.
 """

@@ -1,4 +1,4 @@
-"""Per-epoch curves of one Colored MNIST run outside Ray: the probe behind README "Measured"
+"""Per-epoch curves of one Colored MNIST run outside Ray: the probe behind docs/MEASURED.md
 (issue 12: what keeps lam = 1 from decaying toward ERM on full MNIST).
 
     python bench/paper_scale.py --root ../shared/data/mnist --sigma 0.03 --lam 1 \\

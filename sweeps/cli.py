@@ -231,7 +231,7 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--theta-update", choices=["separate", "joint"],
                    help="separate: the task gradient through Adam(lr) and the rescaled MI "
                         "gradient through a second Adam(lr * lam), as the authors' code; "
-                        "joint: one Adam step on their sum (fades on full MNIST, README)")
+                        "joint: one Adam step on their sum (fades on full MNIST, docs/MEASURED.md)")
     p.add_argument("--mine-ema-rate", type=EMA_RATE,
                    help="MINE's bias-corrected gradient: moving-average rate of E[exp T] "
                         "(0 = the plain DV gradient)")

@@ -20,11 +20,11 @@ TRAIN_EVAL_ROWS = 10_000
 DIGITS: dict[str, dict[str, object]] = {
     # The embedded 5k subset on CPU, 4 trials, about 5 minutes on 2 cores. The paper's lr
     # (1e-4) is tuned for 60k images x 150 epochs; on 4k images x 6 epochs the model would
-    # barely move, so lr, batch size and K were chosen by measurement (README, "Quick preset").
+    # barely move, so lr, batch size and K were chosen by measurement (README, "Presets").
     # theta_update "joint" (one Adam on task + rescaled MI gradient), not the full-scale
     # presets' "separate": at this preset's lr 1e-3 the separate MI Adam made lam = 1 peak at
     # epoch 3 and fall back toward ERM by epoch 7 (sigma 0.03, seed 0: test .474 -> .327,
-    # ERM .292), while joint keeps its gain over 8 epochs (README "Measured").
+    # ERM .292), while joint keeps its gain over 8 epochs (docs/MEASURED.md).
     "quick": {
         "source": "mnist5k", "sigma": [0.03, 0.045], "lam": [0.0, 1.0], "seeds": [0],
         "epochs": 8, "batch_size": 256, "K": 40, "lr": 1e-3, "mine_lr": 3e-3,
@@ -33,8 +33,8 @@ DIGITS: dict[str, dict[str, object]] = {
     },
     # Table 1 on full MNIST on a 2-core CPU (issue 12): 7 sigmas x lam {0, 1} x seed 0 = 14
     # trials, 2 at a time, the paper's LeNet (width 64) and batch/K/lr, for EPOCHS_CPU epochs
-    # (within 3 h for the grid here; README "Measured"). What the settings rest on, all
-    # measured on full MNIST at sigma 0.03, seed 0 (README "Measured", issue 12's note):
+    # (within 3 h for the grid here; docs/MEASURED.md). What the settings rest on, all
+    # measured on full MNIST at sigma 0.03, seed 0 (docs/MEASURED.md, issue 12's note):
     # - theta_update "separate" (the authors' two Adams): one Adam on the sum lets the
     #   rescaled MI gradient fade with the task gradient, and lam = 1 decays to ERM's level.
     # - mine_ema_rate 0.01 (MINE's moving-average gradient): highest and latest peak.

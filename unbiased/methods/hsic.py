@@ -10,7 +10,7 @@ The median bandwidth is part of the graph, so the kernel is scale-free and so is
 gradient. With the median detached, each step pushed all of z together (a narrower batch
 looks more independent under a width that does not follow it), the next batch's median
 rescaled, and at lam >= 1 z shrank to a point within one epoch: median pairwise distance
-18 -> 0.0004, training at chance (quick preset, sigma 0.03; README "Measured"). A fixed
+18 -> 0.0004, training at chance (quick preset, sigma 0.03; docs/MEASURED.md). A fixed
 `hsic_bandwidth` avoids that, but z then grows until the kernel is nearly diagonal.
 """
 

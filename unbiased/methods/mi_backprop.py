@@ -50,7 +50,7 @@ class MIBackpropConfig(TrainConfig):
     # with its own moments, so the penalty keeps a step size of its own however small its
     # gradient gets. "joint": one Adam step on g_task + lam * g_MI; with rescaling the MI
     # part can never outgrow the task gradient, which shrinks as the task is fitted, and on
-    # full MNIST the penalty then fades (README, "Measured").
+    # full MNIST the penalty then fades (docs/MEASURED.md).
     theta_update: str = "separate"
     # MINE's bias-corrected gradient (moving average of E[exp T]); None = plain DV gradient.
     mine_ema_rate: float | None = None
