@@ -47,10 +47,18 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "acc_eb2": "float",
     "acc_test": "float",
     "mi_eval_cond": "float",
+    "selected_mi_eval": "float",
+    "selected_mi_eval_cond": "float",
     "status": "string",
     "node": "string",
 }
 MI_METHOD = "mi_backprop"
+# A trial's own DV estimate below this means its statistics network is worse than a constant
+# by a factor e^5 on the rows it was fitted to: the model found z where T is wrong (issue 18,
+# seed 7: -25 nats at epoch 7, -768 at 12), so its gradient said nothing about colour.
+RUNAWAY_NATS = -5.0
+# Statuses of trials that ran to the end but carry a warning start with this.
+OK_WARNING = "ok; "
 # The keys that make one selection group (plus train_split when present).
 GROUP_KEYS: tuple[str, ...] = ("benchmark", "K", "method", "sigma")
 # Metrics averaged per lambda when present.
@@ -180,7 +188,9 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     """One row per trial: the row marked `selected` (a label-free stopping rule's epoch),
     else the row with the largest epoch, plus `excluded` (bool) and `reason` (str, empty for
     kept trials)."""
-    columns = list(df.columns) + ["excluded", "reason"]
+    columns = list(df.columns) + [f"{c}_at_selection" for c in ("mi_eval", "mi_eval_cond")
+                                  if f"selected_{c}" in df.columns and c in df.columns] \
+        + ["excluded", "reason"]
     if df.empty:
         return pd.DataFrame(columns=columns)
     ordered = df.sort_values(["trial_id", "epoch"], kind="stable")
@@ -198,9 +208,31 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     reasons = {tid: _exclusion_reason(trial, finals.loc[tid], mi_methods)
                for tid, trial in ordered.groupby("trial_id", sort=True)}
     finals = finals.reset_index(drop=True)
+    # The reported epoch's MI as estimated again with another seed (the trial's last row):
+    # the estimate its stopping rule minimised is biased low by the choice itself.
+    for col in ("mi_eval", "mi_eval_cond"):
+        again = f"selected_{col}"
+        if again in ordered.columns and col in finals.columns:
+            last = ordered.groupby("trial_id", sort=False)[again].last()
+            redone = finals["trial_id"].map(last).astype(float)
+            finals[f"{col}_at_selection"] = finals[col]
+            finals[col] = redone.where(redone.notna(), finals[col])
     finals["reason"] = finals["trial_id"].map(reasons).astype(object)
     finals["excluded"] = finals["reason"] != ""
     return finals[columns]
+
+
+def critic_warning(trial: pd.DataFrame) -> str:
+    """'' or why a trial's own critic cannot be trusted: its DV estimate ran far below 0."""
+    if "mi" not in trial.columns:
+        return ""
+    mi = trial["mi"].astype(float)
+    if not (mi < RUNAWAY_NATS).any():
+        return ""
+    worst = trial.loc[mi.idxmin()]
+    first = int(trial.loc[mi < RUNAWAY_NATS, "epoch"].min())
+    return (f"own critic ran away: its mi fell below {RUNAWAY_NATS:g} nats from epoch "
+            f"{first} ({float(worst['mi']):.1f} at epoch {int(worst['epoch'])})")
 
 
 def excluded_mask(finals: pd.DataFrame) -> pd.Series:

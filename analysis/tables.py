@@ -18,6 +18,7 @@ from analysis import published
 from analysis.results import (
     LAM_ATOL,
     MI_METHOD,
+    OK_WARNING,
     excluded_mask,
     group_keys,
     lam_label,
@@ -434,6 +435,23 @@ def _lam_value(table: pd.DataFrame, lam: float, column: str) -> float:
     return float(hit[column].iloc[0]) if len(hit) and column in hit.columns else math.nan
 
 
+def warnings_section(finals: pd.DataFrame) -> str:
+    """Trials that ran to the end with a caveat (status "ok; ..."): kept, but read them with
+    it (a runaway critic, no usable estimate for the stopping rule)."""
+    if "status" not in finals.columns:
+        return ""
+    warned = finals[finals["status"].fillna("").astype(str).str.startswith(OK_WARNING)]
+    if warned.empty:
+        return ""
+    rows = [[r.benchmark, str(r.trial_id), r.method, f"{r.lam:g}",
+             sigma_label(r.sigma).removeprefix("σ="), str(r.K), str(r.seed), str(r.epoch),
+             str(r.status).removeprefix(OK_WARNING)]
+            for r in warned.sort_values(["benchmark", "K", "sigma", "lam", "seed"]).itertuples()]
+    return ("## Trials with a warning (kept in means and selection)\n\n"
+            + md_table(["benchmark", "trial_id", "method", "λ", "σ", "K", "seed",
+                        "reported epoch", "warning"], rows) + "\n")
+
+
 def excluded_section(finals: pd.DataFrame) -> str:
     bad = finals[excluded_mask(finals)]
     text = "## Diverged or failed trials (excluded from means and selection)\n\n"
@@ -481,7 +499,8 @@ def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
         body.append(f"## {bench}: {titles[bench]}\n\n" + "\n".join(p for p in (md1, md2) if p))
     if not body:
         body.append("No results rows.\n")
-    markdown = "\n".join(head) + "\n" + "\n".join(body) + "\n" + excluded_section(finals)
+    markdown = ("\n".join(head) + "\n" + "\n".join(body) + "\n" + warnings_section(finals)
+                + excluded_section(finals))
     tidy = pd.DataFrame([asdict(c) for c in cells], columns=TIDY_COLUMNS)
     tidy["n"] = tidy["n"].astype("Int64")
     tidy = tidy.astype({"mean": "float64", "std": "float64", "lam": "float64"})

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from unbiased.stopping import SELECT_EPOCH_RULES  # imports nothing heavy (no torch)
+
 
 def _list_of(kind: Callable[[str], float | int], check: Callable[[float], str | None]
              ) -> Callable[[str], list]:
@@ -101,7 +103,7 @@ SCHEDULERS = ("fifo", "asha")
 # Values a preset may leave out.
 _FALLBACKS: dict[str, object] = {"device": "auto", "scheduler": "fifo",
                                  "method": ["mi_backprop"]}
-SELECT_EPOCH = ("last", "lowest_mi")
+SELECT_EPOCH = SELECT_EPOCH_RULES
 
 
 @dataclass
@@ -240,9 +242,10 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--rescale-mi-grad", action=argparse.BooleanOptionalAction, default=None,
                    help="scale theta's MI gradient per tensor to norm min(|g_task|, |g_MI|)")
     p.add_argument("--select-epoch", choices=list(SELECT_EPOCH),
-                   help="which epoch a trial reports: last, or lowest_mi (a label-free "
-                        "stopping rule: mi_eval every epoch, the lowest among epochs that fit "
-                        "the training data; its row gets selected = True)")
+                   help="which epoch a trial reports: last, or lowest_mi / lowest_mi_cond "
+                        "(label-free stopping rules: mi_eval / mi_eval_cond every epoch, "
+                        "the lowest among epochs that fit the training data and read above "
+                        "their prediction floor; its row gets selected = True)")
     if uses_sigma:
         p.add_argument("--z-relu", action=argparse.BooleanOptionalAction, default=None,
                        help="z = ReLU(fc2) as in the authors' digit code (default: linear z)")

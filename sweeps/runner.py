@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.results import OK_WARNING, critic_warning
 from sweeps.cli import SweepArgs
 
 # Columns of results.parquet, in order: the contract of DESIGN.md plus what we add.
@@ -414,6 +415,13 @@ def results_frame(result_grid, experiment: str, benchmark: str,
         if "diverged" in df.columns and df["diverged"].notna().any():
             # The trial stopped itself (NaN/inf loss or MI): analysis leaves it out.
             df["status"] = str(df["diverged"].dropna().iloc[-1])
+        if df["status"].iloc[0] == "ok":
+            # Ran to the end, but its numbers come with a caveat (kept in every mean).
+            warnings = [critic_warning(df)]
+            if "selection_note" in df.columns and df["selection_note"].notna().any():
+                warnings.append(str(df["selection_note"].dropna().iloc[-1]))
+            if any(warnings):
+                df["status"] = OK_WARNING + "; ".join(w for w in warnings if w)
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     df["selected"] = selected_rows(df)
@@ -437,7 +445,8 @@ def results_frame(result_grid, experiment: str, benchmark: str,
 
 _KEEP_EXTRA = {"eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config",
                "mi_eval_cond", "selected_epoch", "selected", "penalty", "epoch_s", "eval_s",
-               "mi_eval_s", "ckpt_s"}
+               "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
+               "selected_mi_eval_cond"}
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:
@@ -452,8 +461,10 @@ STOPPED_EARLY = "stopped early (scheduler)"
 
 
 def all_ok(df: pd.DataFrame) -> bool:
-    """No trial failed (a trial the scheduler stopped early did not fail)."""
-    return bool(df["status"].isin(["ok", STOPPED_EARLY]).all())
+    """No trial failed (a trial the scheduler stopped early did not fail; one that ran to the
+    end with a warning did not either)."""
+    status = df["status"].astype(str)
+    return bool((status.isin(["ok", STOPPED_EARLY]) | status.str.startswith(OK_WARNING)).all())
 
 
 def _one_line(err: BaseException) -> str:

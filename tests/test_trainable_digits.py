@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from ray import tune
 
 from trainables.digits import train_digits
@@ -72,22 +73,32 @@ def test_without_restarts_the_injected_failure_is_an_error(ray_local, tiny_digit
 
 
 
-def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(ray_local, tiny_digits,
+@pytest.mark.parametrize("rule", ["lowest_mi", "lowest_mi_cond"])
+def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local, tiny_digits,
                                                                    tmp_path):
     import torch
 
     from sweeps.runner import selected_rows
-    from unbiased.stopping import EpochRecord, pick_epoch
+    from unbiased.stopping import CRITERION, EpochRecord, pick_epoch
 
-    result = _fit(tmp_path, tiny_digits, _config(epochs=3, select_epoch="lowest_mi"))
+    result = _fit(tmp_path, tiny_digits, _config(epochs=3, select_epoch=rule))
     assert result.error is None
     df = result.metrics_dataframe
-    # mi_eval (and its label-conditional twin) every epoch, so every epoch is a candidate
-    assert df["mi_eval"].notna().all() and df["mi_eval_cond"].notna().all()
+    # mi_eval (and its label-conditional twin) every epoch, so every epoch is a candidate,
+    # with the same estimators' floors on the model's own predictions
+    for col in ("mi_eval", "mi_eval_cond", "mi_floor", "mi_floor_cond"):
+        assert df[col].notna().all(), col
     chosen = int(df["selected_epoch"].dropna().iloc[-1])
-    records = [EpochRecord(int(r.epoch), float(r.train_acc), float(r.mi_eval))
+    records = [EpochRecord(int(r.epoch), float(r.train_acc), float(r.mi_eval),
+                           float(r.mi_eval_cond), float(r.mi_floor), float(r.mi_floor_cond))
                for r in df.itertuples()]
-    assert chosen == pick_epoch(records)
+    assert chosen == (pick_epoch(records, criterion=CRITERION[rule]) or 3)
+    # the chosen epoch's estimates again, with another seed: not the minimum it was chosen by
+    last = df[df["epoch"] == 3].iloc[0]
+    at_choice = df[df["epoch"] == chosen].iloc[0]
+    for col in ("mi_eval", "mi_eval_cond"):
+        again = float(last[f"selected_{col}"])
+        assert math.isfinite(again) and again != float(at_choice[col])
     df = df.assign(trial_id="t")
     marked = selected_rows(df)
     assert marked.sum() == 1 and int(df.loc[marked, "epoch"].iloc[0]) == chosen

@@ -27,10 +27,18 @@ from ray import tune
 
 from unbiased.data import Benchmark
 from unbiased.methods import DEFAULT_METHOD, make_method
-from unbiased.stopping import SELECT_EPOCH_RULES, EpochRecord, could_be_picked, pick_epoch
+from unbiased.stopping import (
+    CRITERION,
+    SELECT_EPOCH_RULES,
+    EpochRecord,
+    could_be_picked,
+    pick_epoch,
+)
 from unbiased.train import mi_eval
 
 CHECKPOINT_FILE = "state.pt"
+# The seed of the selected epoch's second estimate is the trial seed plus this.
+REESTIMATE_SEED_OFFSET = 7_919
 
 
 class InjectedFailure(RuntimeError):
@@ -81,6 +89,8 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
         # (the stopping rule is part of the method, and on ERM it would pick early epochs
         # whose lower MI only reflects a less fitted model).
         select = "last"
+    stopping = select in CRITERION  # a label-free stopping rule over the epochs
+    criterion = CRITERION.get(select, "mi_eval")
     # A method without an MI estimator of its own reports mi and mi_batch as NaN.
     watched = ("loss_task", "penalty") + (("mi_batch", "mi") if algo.has_mi_estimator else ())
 
@@ -125,29 +135,51 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             metrics["epoch_s"] = time.perf_counter() - epoch_start
             tune.report(metrics)
             return
-        if epoch == epochs or select == "lowest_mi":
+        if epoch == epochs or stopping:
             part_start = time.perf_counter()
             z, y, c = algo.train_eval_set()
             metrics["mi_eval"] = mi_eval(z, c, seed=seed, steps=mi_steps)
             # Colour beyond the label: c shuffled within each class (0 for a z that encodes
             # y alone; plain mi_eval then still reads about I(y; c)).
             metrics["mi_eval_cond"] = mi_eval(z, c, seed=seed, steps=mi_steps, given=y)
+            if stopping:
+                # The same estimators on the model's own predictions: floors that an estimate
+                # on z reads below only when the estimator fails on z (unbiased/stopping.py).
+                pred = algo.predictions(z)
+                metrics["mi_floor"] = mi_eval(pred, c, seed=seed, steps=mi_steps)
+                metrics["mi_floor_cond"] = mi_eval(pred, c, seed=seed, steps=mi_steps, given=y)
             metrics["mi_eval_s"] = time.perf_counter() - part_start
         part_start = time.perf_counter()
         state = algo.state_dict()
-        if select == "lowest_mi":
-            records.append(EpochRecord(epoch, float(metrics["train_acc"]),
-                                       float(metrics["mi_eval"])))
+        if stopping:
+            records.append(EpochRecord(
+                epoch, float(metrics["train_acc"]), float(metrics["mi_eval"]),
+                float(metrics["mi_eval_cond"]), float(metrics["mi_floor"]),
+                float(metrics["mi_floor_cond"])))
             kept[epoch] = {"g": state["g"], "f": state["f"]}
-            keep = could_be_picked(records)
+            keep = could_be_picked(records, criterion)
             kept = {e: w for e, w in kept.items() if e in keep}
             state["records"] = [vars(r) for r in records]
             state["kept"] = kept
         if epoch == epochs:
-            chosen = pick_epoch(records) if select == "lowest_mi" else epoch
+            chosen = pick_epoch(records, criterion=criterion) if stopping else epoch
+            if chosen is None:
+                # No epoch with a usable estimate (NaN, or below its floor): report the last.
+                chosen = epoch
+                metrics["selection_note"] = (f"no epoch with a usable {criterion} (NaN or "
+                                             f"below its prediction floor): last epoch")
             metrics["selected_epoch"] = chosen
-            if select == "lowest_mi":
-                state["selected"] = {"epoch": chosen, **kept[chosen]}
+            if stopping:
+                weights = kept.get(chosen) or {"g": state["g"], "f": state["f"]}
+                state["selected"] = {"epoch": chosen, **weights}
+                # The chosen epoch's estimates again, with another seed (T's init, batches
+                # and 80/20 split): the minimum of noisy estimates is biased low, this is not.
+                with algo.at_weights(weights["g"], weights["f"]):
+                    z, y, c = algo.train_eval_set()
+                    again = seed + REESTIMATE_SEED_OFFSET
+                    metrics["selected_mi_eval"] = mi_eval(z, c, seed=again, steps=mi_steps)
+                    metrics["selected_mi_eval_cond"] = mi_eval(z, c, seed=again,
+                                                               steps=mi_steps, given=y)
         with tempfile.TemporaryDirectory() as tmp:
             torch.save(state, os.path.join(tmp, CHECKPOINT_FILE))
             now = time.perf_counter()

@@ -1,20 +1,38 @@
 """A label-free stopping rule: the paper's lowest-MI selection applied over the epochs of one
 run instead of over lambdas.
 
-Every epoch, mi_eval (a fresh statistics network on the frozen training features) and the
-training accuracy are recorded. The chosen epoch is the one with the lowest mi_eval among the
-epochs whose training accuracy is within `tolerance` of the run's best (so an epoch that has
-not fitted the task yet cannot win by knowing nothing); ties go to the later epoch. Neither test
-labels nor unbiased validation data are used.
+Every epoch, a fresh estimate of the colour in z (`mi_eval`, or `mi_eval_cond`: the colour
+beyond the label) and the training accuracy are recorded. The chosen epoch is the one with the
+lowest estimate among the eligible epochs; ties go to the later epoch. Neither test labels nor
+unbiased validation data are used. An epoch is eligible when
+
+- its training accuracy is within `tolerance` of the run's best (an epoch that has not fitted
+  the task yet cannot win by knowing nothing);
+- its estimate and its training accuracy are finite numbers;
+- neither estimate (mi_eval, mi_eval_cond) is below its floor by more than
+  `FLOOR_MARGIN_NATS`. The floor is the same estimator run on the model's own predictions,
+  one-hot: a function of z, so by the data processing inequality I(z; c) >= I(prediction; c)
+  (and the same given y). An estimate of z well below it is the estimator failing on z
+  (seed 7 of issue 18: mi_eval ~0 on a model fitting the labels at .88), not a debiased
+  model.
+
+Eligibility, the tie rule and `could_be_picked` use the same exact comparisons, so an epoch
+whose weights were dropped can never be chosen later.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-SELECT_EPOCH_RULES: tuple[str, ...] = ("last", "lowest_mi")
+SELECT_EPOCH_RULES: tuple[str, ...] = ("last", "lowest_mi", "lowest_mi_cond")
+# The record field each rule minimises.
+CRITERION = {"lowest_mi": "mi_eval", "lowest_mi_cond": "mi_eval_cond"}
 EPOCH_TOLERANCE = 0.05  # the same train-accuracy slack as analysis' LowestMI over lambdas
-_TIE = 1e-9
+_FIT_EPS = 1e-12  # float slack on the train-accuracy tolerance
+# How far below the prediction floor an estimate may read before it counts as an estimator
+# failure: mi_eval's spread at one model is about +-0.3 nats (issue 17's note).
+FLOOR_MARGIN_NATS = 0.5
 
 
 @dataclass(frozen=True)
@@ -22,26 +40,61 @@ class EpochRecord:
     epoch: int
     train_acc: float
     mi_eval: float
+    mi_eval_cond: float = math.nan
+    # The estimators on the model's one-hot predictions (NaN: not measured, no check).
+    floor: float = math.nan
+    floor_cond: float = math.nan
+
+    def value(self, criterion: str) -> float:
+        return float(getattr(self, criterion))
+
+    def estimator_failed(self) -> bool:
+        """Either estimate below its floor by more than the margin. Both probe the same z, so
+        one failing discredits the other: on seed 7's failed epochs mi_eval read ~0 against a
+        ~1.9 floor while mi_eval_cond read ~0 against a floor of ~0, indistinguishable from a
+        debiased model by itself."""
+        return any(math.isfinite(floor) and value < floor - FLOOR_MARGIN_NATS
+                   for value, floor in ((self.mi_eval, self.floor),
+                                        (self.mi_eval_cond, self.floor_cond)))
+
+    def usable(self, criterion: str) -> bool:
+        return (math.isfinite(self.train_acc) and math.isfinite(self.value(criterion))
+                and not self.estimator_failed())
 
 
-def pick_epoch(records: list[EpochRecord], tolerance: float = EPOCH_TOLERANCE) -> int:
-    """The epoch the lowest-MI rule chooses among `records` (at least one)."""
+def _eligible(records: list[EpochRecord], criterion: str, tolerance: float
+              ) -> list[EpochRecord]:
+    usable = [r for r in records if r.usable(criterion)]
+    if not usable:
+        return []
+    best_acc = max(r.train_acc for r in usable)
+    return [r for r in usable if r.train_acc >= best_acc - tolerance - _FIT_EPS]
+
+
+def pick_epoch(records: list[EpochRecord], tolerance: float = EPOCH_TOLERANCE,
+               criterion: str = "mi_eval") -> int | None:
+    """The epoch the rule chooses among `records` (at least one), or None when no epoch is
+    usable (every estimate NaN/inf or below its floor): the caller reports its last epoch
+    and says so."""
     if not records:
         raise ValueError("pick_epoch needs at least one epoch record")
-    best_acc = max(r.train_acc for r in records)
-    fits = [r for r in records if r.train_acc >= best_acc - tolerance - 1e-12]
-    lowest = min(r.mi_eval for r in fits)
-    return max(r.epoch for r in fits if r.mi_eval <= lowest + _TIE)
+    fits = _eligible(records, criterion, tolerance)
+    if not fits:
+        return None
+    lowest = min(r.value(criterion) for r in fits)
+    return max(r.epoch for r in fits if r.value(criterion) == lowest)
 
 
-def could_be_picked(records: list[EpochRecord]) -> set[int]:
-    """Epochs that some later history could still make `pick_epoch` choose: those no other
-    epoch dominates (a later-or-equal epoch with train_acc >= and mi_eval <= would win
-    whenever this one is eligible). Only their weights need keeping."""
+def could_be_picked(records: list[EpochRecord], criterion: str = "mi_eval") -> set[int]:
+    """Epochs that some later history could still make `pick_epoch` choose: usable ones that
+    no other usable epoch dominates (a later epoch with train_acc >= and an estimate <= wins
+    whenever this one is eligible). Only their weights need keeping. A later epoch can raise
+    the best train accuracy but never make an unusable epoch usable."""
+    usable = [r for r in records if r.usable(criterion)]
     keep = set()
-    for r in records:
+    for r in usable:
         dominated = any(o.epoch > r.epoch and o.train_acc >= r.train_acc
-                        and o.mi_eval <= r.mi_eval + _TIE for o in records)
+                        and o.value(criterion) <= r.value(criterion) for o in usable)
         if not dominated:
             keep.add(r.epoch)
     return keep

@@ -259,6 +259,29 @@ class ERM:
             metrics.update(fn(outs))
         return metrics
 
+    @contextlib.contextmanager
+    def at_weights(self, g: dict, f: dict) -> Iterator[None]:
+        """g and f at other weights (a kept epoch's) for the duration, then back as they
+        were; evaluation caches are dropped on the way in and restored on the way out."""
+        saved = copy.deepcopy((self.g.state_dict(), self.f.state_dict()))
+        last = self.last_train
+        self.g.load_state_dict(g)
+        self.f.load_state_dict(f)
+        self.last_train = None
+        try:
+            yield
+        finally:
+            self.g.load_state_dict(saved[0])
+            self.f.load_state_dict(saved[1])
+            self.last_train = last
+
+    @torch.no_grad()
+    def predictions(self, z: torch.Tensor) -> torch.Tensor:
+        """f's one-hot predictions of z: a function of z, so any estimate of I(z; c) should
+        not read below the same estimate on them (the stopping rule's floor)."""
+        logits = self.f(z)
+        return torch.nn.functional.one_hot(logits.argmax(1), logits.shape[1]).float()
+
     def train_features(self) -> torch.Tensor:
         """z of every training row, in order."""
         return self.outputs(self.bench.train)[0]
