@@ -103,7 +103,6 @@ SCHEDULERS = ("fifo", "asha")
 # Values a preset may leave out.
 _FALLBACKS: dict[str, object] = {"device": "auto", "scheduler": "fifo",
                                  "method": ["mi_backprop"]}
-SELECT_EPOCH = SELECT_EPOCH_RULES
 
 
 @dataclass
@@ -241,7 +240,7 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
         p.add_argument(flag, type=kind, help=text)
     p.add_argument("--rescale-mi-grad", action=argparse.BooleanOptionalAction, default=None,
                    help="scale theta's MI gradient per tensor to norm min(|g_task|, |g_MI|)")
-    p.add_argument("--select-epoch", choices=list(SELECT_EPOCH),
+    p.add_argument("--select-epoch", choices=list(SELECT_EPOCH_RULES),
                    help="which epoch a trial reports: last, or lowest_mi / lowest_mi_cond "
                         "(label-free stopping rules: mi_eval / mi_eval_cond every epoch, "
                         "the lowest among epochs that fit the training data and read above "
