@@ -139,6 +139,7 @@ _OVERRIDES = {
     "bank_size": "bank_size", "amp": "amp", "compile": "compile",
     "channels_last": "channels_last", "theta_update": "theta_update",
     "mine_ema_rate": "mine_ema_rate", "mine_hidden": "mine_hidden",
+    "mine_standardize": "mine_standardize", "mi_guard": "mi_guard",
     "mine_hidden_layers": "mine_hidden_layers", "head_hidden": "head_hidden",
     "head_lr": "head_lr", "hsic_bandwidth": "hsic_bandwidth",
     "eval_batch_size": "eval_batch_size", "train_eval_rows": "train_eval_rows",
@@ -238,6 +239,12 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                         "(0 = the plain DV gradient)")
     for flag, kind, text in _SIZE_FLAGS:
         p.add_argument(flag, type=kind, help=text)
+    p.add_argument("--mine-standardize", action=argparse.BooleanOptionalAction, default=None,
+                   help="ours: T reads z standardised per dimension by the statistics of the "
+                        "rows it scores, so rescaling z cannot carry it out of T's reach")
+    p.add_argument("--mi-guard", action=argparse.BooleanOptionalAction, default=None,
+                   help="ours: no MI step of theta on a batch whose DV estimate is below 0 "
+                        "(T worse than a constant); reports guarded_frac each epoch")
     p.add_argument("--rescale-mi-grad", action=argparse.BooleanOptionalAction, default=None,
                    help="scale theta's MI gradient per tensor to norm min(|g_task|, |g_MI|)")
     p.add_argument("--select-epoch", choices=list(SELECT_EPOCH_RULES),

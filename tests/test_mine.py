@@ -77,3 +77,34 @@ def test_shuffle_is_a_permutation_of_rows():
 def test_bad_ema_rate_is_rejected():
     with pytest.raises(ValueError, match="ema_rate"):
         MINE(1, 1, ema_rate=1.5)
+
+
+def test_standardized_critic_is_blind_to_the_scale_and_shift_of_z():
+    # The feature extractor cannot move a standardised T's estimate by rescaling z (issue 18:
+    # z drifting out of T's range let the theta step fool T); a plain T's estimate moves.
+    torch.manual_seed(0)
+    z, c = torch.randn(256, 4), torch.randn(256, 2)
+    moved = z * 40.0 + 7.0
+    for standardize, same in ((True, True), (False, False)):
+        torch.manual_seed(1)
+        mine = MINE(4, 2, standardize=standardize)
+        a = float(mine.lower_bound(z, c, torch.Generator().manual_seed(2)))
+        b = float(mine.lower_bound(moved, c, torch.Generator().manual_seed(2)))
+        assert (abs(a - b) < 1e-4) == same, (standardize, a, b)
+
+
+def test_standardized_critic_still_estimates_mi():
+    # Standardising z is invertible per batch: the bound must still reach the closed form.
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    mine = MINE(1, 1, standardize=True)
+    opt = torch.optim.Adam(mine.parameters(), lr=1e-3)
+    for _ in range(1500):
+        z, c = _pairs(512, 0.9, gen)
+        loss, _ = mine.phi_loss(3.0 * z + 1.0, c, gen)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    z, c = _pairs(20_000, 0.9, gen)
+    estimate = estimate_mi(mine, 3.0 * z + 1.0, c, batch_size=512, shuffles=4, generator=gen)
+    assert abs(estimate - gaussian_mi_nats(0.9)) < 0.1, estimate

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -184,3 +186,39 @@ def test_conditional_mi_eval_sees_colour_beyond_the_label_only():
     cond = mi_eval(z_label, c, steps=400, given=y)
     both = mi_eval(torch.cat([z_label, c], 1), c, steps=400, given=y)
     assert plain > 0.5 and abs(cond) < 0.05 and both > 0.2
+
+
+def test_mi_guard_skips_the_mi_step_exactly_when_the_estimate_is_negative():
+    # A fresh T reads below 0 (worse than a constant) until it has learnt something; c is
+    # clean in x, so after a few batches it reads above 0 (6 of 10 guarded here). The guard
+    # must take task-only steps on the first batches and MI steps after, and count them.
+    bench = biased_tabular(n=640)
+    cfg = dict(lam=1.0, K=1, batch_size=64, lr=1e-2, mine_lr=1e-4, inner_z="batch")
+    guarded = Algorithm1(bench, LoopConfig(**cfg, mi_guard=True), seed=0)
+    stats = guarded.run_epoch()
+    assert 0 < guarded.guarded_steps < guarded.theta_steps == 10
+    assert stats.guarded_frac == guarded.guarded_steps / 10
+    plain = Algorithm1(bench, LoopConfig(**cfg), seed=0)
+    assert math.isnan(plain.run_epoch().guarded_frac)
+    for a, b in zip(_params(guarded), _params(plain), strict=True):
+        assert not torch.equal(a, b)  # the skipped MI steps changed the run
+
+
+def test_mi_guard_is_plain_erm_on_every_negative_batch():
+    # One batch per epoch: when its estimate is negative, the guarded step must move g and f
+    # exactly as an ERM step (lam = 0, same seed and data order) does.
+    bench = biased_tabular(n=64)
+    cfg = LoopConfig(lam=1.0, K=1, batch_size=64, lr=1e-2, mine_lr=1e-12, inner_z="batch",
+                     mine_optimizer="sgd", mi_guard=True)
+    for seed in range(20):
+        algo = Algorithm1(bench, cfg, seed=seed)
+        erm = Algorithm1(bench, LoopConfig(lam=0.0, K=1, batch_size=64, lr=1e-2,
+                                           mine_lr=1e-12, inner_z="batch",
+                                           mine_optimizer="sgd"), seed=seed)
+        algo.run_epoch()
+        erm.run_epoch()
+        if algo.guarded_steps == 1:
+            for a, b in zip(_params(algo), _params(erm), strict=True):
+                assert torch.equal(a, b)
+            return
+    pytest.fail("no seed in 0-19 gave a negative first estimate")

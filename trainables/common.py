@@ -127,6 +127,8 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             "start_epoch": start_epoch, "node": node, "node_id": node_id, "mi_eval": math.nan,
             "eval_s": eval_s, "mi_eval_s": 0.0,
         }
+        if math.isfinite(stats.guarded_frac):
+            metrics["guarded_frac"] = stats.guarded_frac
         diverged = divergence(metrics, watched)
         if diverged:
             # Stop with the reason on record; no checkpoint (a NaN model is not worth resuming)

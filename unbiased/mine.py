@@ -20,10 +20,17 @@ class StatisticsNetwork(nn.Module):
 
     The default (2 hidden layers of 64 + the output layer = 3 linear layers) is the paper's
     3-layer T for digits; German uses `hidden_layers=1` (the paper's "shallow" T).
+
+    `standardize` (ours, not the paper's): z enters T standardised per dimension with the
+    statistics of the rows T is called on, gradients flowing through them. The feature
+    extractor then cannot escape T by rescaling z (a drift of z's scale out of the range T was
+    fitted on let the theta step fool T on full MNIST; docs/MEASURED.md).
     """
 
-    def __init__(self, z_dim: int, c_dim: int, hidden: int = 64, hidden_layers: int = 2):
+    def __init__(self, z_dim: int, c_dim: int, hidden: int = 64, hidden_layers: int = 2,
+                 standardize: bool = False):
         super().__init__()
+        self.standardize = standardize
         layers: list[nn.Module] = []
         width = z_dim + c_dim
         for _ in range(hidden_layers):
@@ -33,7 +40,16 @@ class StatisticsNetwork(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        if self.standardize:
+            z = standardized(z)
         return self.net(torch.cat([z, c], dim=1)).squeeze(1)
+
+
+def standardized(z: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """z minus its column means, over its column standard deviations (a constant column maps
+    to 0)."""
+    var, mean = torch.var_mean(z, dim=0, correction=0, keepdim=True)
+    return (z - mean) * torch.rsqrt(var + eps)
 
 
 def shuffled(c: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -84,11 +100,11 @@ class MINE(nn.Module):
     """
 
     def __init__(self, z_dim: int, c_dim: int, hidden: int = 64, hidden_layers: int = 2,
-                 ema_rate: float | None = None):
+                 ema_rate: float | None = None, standardize: bool = False):
         super().__init__()
         if ema_rate is not None and not 0.0 < ema_rate <= 1.0:
             raise ValueError(f"ema_rate must be in (0, 1], got {ema_rate}")
-        self.T = StatisticsNetwork(z_dim, c_dim, hidden, hidden_layers)
+        self.T = StatisticsNetwork(z_dim, c_dim, hidden, hidden_layers, standardize)
         self.ema_rate = ema_rate
         # Moving average of log E[exp T_marg], kept in log space so it cannot overflow.
         self.register_buffer("log_ema", torch.tensor(float("nan")))

@@ -87,6 +87,7 @@ class EpochStats:
     penalty: float  # mean of the method's bias term over the epoch's batches (method docs)
     time_s: float
     mi_batch: float = math.nan  # mi_backprop: mean L_ne seen by the theta steps
+    guarded_frac: float = math.nan  # mi_backprop with mi_guard: theta steps with no MI step
 
 
 class ERM:

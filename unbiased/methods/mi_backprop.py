@@ -9,6 +9,7 @@ same way (the paper's Fig. 3).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -56,6 +57,13 @@ class MIBackpropConfig(TrainConfig):
     mine_ema_rate: float | None = None
     mine_hidden: int = 64
     mine_hidden_layers: int = 2
+    # Ours, not the paper's (docs/MEASURED.md, issue 18). `mine_standardize`: T reads z
+    # standardised per dimension by the statistics of the rows it scores, so rescaling z
+    # cannot carry it out of T's reach. `mi_guard`: theta takes no MI step on a batch whose
+    # DV estimate is below 0, where T is worse than a constant and its gradient says nothing
+    # about colour (on full MNIST a run of such steps let the own estimate run away to -768).
+    mine_standardize: bool = False
+    mi_guard: bool = False
 
     def problems(self) -> list[str]:
         problems = super().problems()
@@ -97,7 +105,8 @@ class MIBackprop(ERM):
         super().__init__(bench, cfg, seed, device)
         with self.own_init():
             self.mine = MINE(bench.z_dim, bench.c_dim, cfg.mine_hidden,
-                             cfg.mine_hidden_layers, cfg.mine_ema_rate).to(self.device)
+                             cfg.mine_hidden_layers, cfg.mine_ema_rate,
+                             cfg.mine_standardize).to(self.device)
         # "separate": theta's MI gradient gets an Adam of its own (lr * lam), as the authors'.
         self.mi_opt: torch.optim.Optimizer | None = None
         if cfg.theta_update == "separate" and cfg.lam > 0:
@@ -116,6 +125,8 @@ class MIBackprop(ERM):
         self._bank_rows: torch.Tensor | None = None  # the pool's rows; None = the whole set
         self._bank_age = 0
         self._inner_pick: torch.Tensor | None = None  # rows of the last inner batch
+        self.guarded_steps = 0  # theta steps of this epoch that mi_guard kept task-only
+        self.theta_steps = 0
 
     def modules(self) -> dict[str, nn.Module]:
         return {**super().modules(), "mine": self.mine}
@@ -181,6 +192,7 @@ class MIBackprop(ERM):
 
     # -- one outer step -------------------------------------------------------------------
     def start_epoch(self) -> None:
+        self.guarded_steps = self.theta_steps = 0
         self._bank = None  # recomputed at the first step: a resumed run matches a straight one
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
@@ -210,6 +222,12 @@ class MIBackprop(ERM):
             self.model_opt.step()
             return loss_task.detach(), mi
         mi = self.mine.lower_bound(z, c, self.method_gen)
+        self.theta_steps += 1
+        if self.cfg.mi_guard and not mi.item() >= 0:  # T worse than a constant: task step only
+            self.guarded_steps += 1
+            loss_task.backward()
+            self.model_opt.step()
+            return loss_task.detach(), mi.detach()
         g_task = torch.autograd.grad(loss_task, theta + psi, retain_graph=True)
         # Only theta's MI gradient is taken: phi is trained by ascent alone, psi by L_task.
         g_mi = torch.autograd.grad(mi, theta, allow_unused=True)
@@ -234,7 +252,10 @@ class MIBackprop(ERM):
         return loss_task.detach(), mi.detach()
 
     def epoch_stats(self, loss_task: float, penalty: float, time_s: float) -> EpochStats:
-        return EpochStats(self.epoch, loss_task, penalty, time_s, mi_batch=penalty)
+        guarded = (self.guarded_steps / self.theta_steps if self.cfg.mi_guard and self.theta_steps
+                   else math.nan)
+        return EpochStats(self.epoch, loss_task, penalty, time_s, mi_batch=penalty,
+                          guarded_frac=guarded)
 
     # -- evaluation and state -------------------------------------------------------------
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
