@@ -446,7 +446,7 @@ def results_frame(result_grid, experiment: str, benchmark: str,
 _KEEP_EXTRA = {"eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config",
                "mi_eval_cond", "selected_epoch", "selected", "penalty", "epoch_s", "eval_s",
                "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
-               "selected_mi_eval_cond"}
+               "selected_mi_eval_cond", "guarded_frac"}
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:
