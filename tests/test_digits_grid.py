@@ -142,7 +142,8 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
             "--theta-update", "joint", "--mine-ema-rate", "0", "--mine-hidden", "32",
             "--mine-hidden-layers", "3", "--no-rescale-mi-grad", "--select-epoch", "last",
             "--channels-last", "--amp", "--compile", "--bank-size", "8", "--head-hidden",
-            "16", "--head-lr", "0.01", "--hsic-bandwidth", "2", "--eval-batch-size", "7"]
+            "16", "--head-lr", "0.01", "--hsic-bandwidth", "2", "--eval-batch-size", "7",
+            "--mine-standardize", "--mi-guard"]
     if spec.parser_options.get("uses_sigma", True):
         argv += ["--z-relu", "--width", "16", "--palette", "distinct"]
     args = resolve(parser, spec.benchmark, spec.presets, argv)
@@ -152,7 +153,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
                 "mine_hidden_layers": 3, "rescale_mi_grad": False, "select_epoch": "last",
                 "channels_last": True, "amp": True, "compile": True, "bank_size": 8,
                 "head_hidden": 16, "head_lr": 0.01, "hsic_bandwidth": 2.0,
-                "eval_batch_size": 7}
+                "eval_batch_size": 7, "mine_standardize": True, "mi_guard": True}
     if spec.parser_options.get("uses_sigma", True):
         expected.update({"z_relu": True, "width": 16, "palette": "distinct"})
     for key, value in expected.items():
