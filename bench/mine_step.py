@@ -1,5 +1,6 @@
-"""One inner MINE step (T forward on joint and shuffled pairs, backward, optimiser step) three
-ways: the loop's first version, with fused Adam, and as now (fused Adam + one stacked T pass).
+"""One inner MINE step (T forward on joint and shuffled pairs, backward, optimiser step) four
+ways: the loop's first version, with fused Adam, as now (fused Adam + one stacked T pass), and
+as now with T on batch-standardised z (`--mine-standardize`, issue 18).
 
     python bench/mine_step.py                   # digits T (z 64, c 24), batch 256 and 1024
 
@@ -23,9 +24,10 @@ import torch  # noqa: E402
 from unbiased.mine import MINE, dv_bound, shuffled  # noqa: E402
 
 
-def make_step(batch: int, fused: bool, stacked: bool) -> Callable[[], None]:
+def make_step(batch: int, fused: bool, stacked: bool, standardize: bool = False
+              ) -> Callable[[], None]:
     torch.manual_seed(0)
-    mine = MINE(64, 24)
+    mine = MINE(64, 24, standardize=standardize)
     opt = torch.optim.Adam(mine.parameters(), lr=1e-4, fused=fused)
     z = torch.randn(batch, 64)
     c = torch.nn.functional.one_hot(torch.randint(24, (batch,)), 24).float()
@@ -53,10 +55,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"threads {args.threads}, {args.repeats} repeats x {args.steps} steps, "
           f"{time.strftime('%Y-%m-%d')}")
     print("| batch | Adam, 2 T passes (before) | fused Adam, 2 passes | fused Adam, 1 stacked "
-          "pass (now) |\n|---:|---:|---:|---:|")
+          "pass (now) | now, standardised z | standardised / now |\n|---:|---:|---:|---:|---:|"
+          "---:|")
     for batch in [int(b) for b in args.batch_size.split(",")]:
         variants = [make_step(batch, False, False), make_step(batch, True, False),
-                    make_step(batch, True, True)]
+                    make_step(batch, True, True), make_step(batch, True, True, True)]
         for step in variants:
             for _ in range(3):
                 step()
@@ -67,7 +70,9 @@ def main(argv: list[str] | None = None) -> None:
                 for _ in range(args.steps):
                     step()
                 times[i].append((time.perf_counter() - start) / args.steps * 1e3)
-        print(f"| {batch} | " + " | ".join(f"{statistics.median(t):.2f}" for t in times) + " |")
+        medians = [statistics.median(t) for t in times]
+        print(f"| {batch} | " + " | ".join(f"{m:.2f}" for m in medians)
+              + f" | {medians[3] / medians[2]:.2f} |")
 
 
 if __name__ == "__main__":
