@@ -62,6 +62,7 @@ class MIBackpropConfig(TrainConfig):
     # cannot carry it out of T's reach. `mi_guard`: theta takes no MI step on a batch whose
     # DV estimate is below 0, where T is worse than a constant and its gradient says nothing
     # about colour (on full MNIST a run of such steps let the own estimate run away to -768).
+    # The guard reads the estimate on the host: one device sync per outer step on a GPU.
     mine_standardize: bool = False
     mi_guard: bool = False
 
