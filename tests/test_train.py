@@ -204,7 +204,7 @@ def test_mi_guard_skips_the_mi_step_exactly_when_the_estimate_is_negative():
         assert not torch.equal(a, b)  # the skipped MI steps changed the run
 
 
-def test_mi_guard_is_plain_erm_on_every_negative_batch():
+def test_mi_guard_step_on_a_negative_batch_is_plain_erm():
     # One batch per epoch: when its estimate is negative, the guarded step must move g and f
     # exactly as an ERM step (lam = 0, same seed and data order) does.
     bench = biased_tabular(n=64)
