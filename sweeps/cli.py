@@ -213,12 +213,14 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--lr", type=POS_FLOAT, help="Adam learning rate of g and f")
     p.add_argument("--mine-lr", type=POS_FLOAT, help="learning rate of the statistics network")
     p.add_argument("--mine-optimizer", choices=["adam", "sgd"], help="optimiser of MINE")
-    p.add_argument("--inner-z", choices=["fresh", "batch", "bank"],
+    p.add_argument("--inner-z", choices=["fresh", "batch", "bank", "first_k"],
                    help="z of the K inner MINE steps: fresh mini-batches through g "
-                        "(Algorithm 1), the current batch's z reused, or mini-batches from a "
+                        "(Algorithm 1), the current batch's z reused, mini-batches from a "
                         "bank of training-set z recomputed every --bank-refresh steps "
                         "(cheap, but a stale bank let the model fool MINE on digits: "
-                        "see bench/RESULTS.md, section 2)")
+                        "see bench/RESULTS.md, section 2), or the authors' digit_trainer.py "
+                        "(first_k: a MINE pass over each epoch, then K steps on fresh "
+                        "forwards of the epoch's first K batches after every theta step)")
     p.add_argument("--bank-refresh", type=POS_INT,
                    help="outer steps between recomputations of the z bank (--inner-z bank)")
     p.add_argument("--bank-size", type=POS_INT,

@@ -131,6 +131,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
 
     from sweeps.cli import build_parser, resolve
     from unbiased.methods import METHODS
+    from unbiased.methods.mi_backprop import INNER_Z_MODES
 
     spec = importlib.import_module(f"sweeps.{driver}").SPEC
     parser = build_parser(spec.prog, "d", spec.presets, **spec.parser_options)
@@ -138,12 +139,13 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
     for cls in METHODS.values():
         for f in fields(cls.Config):
             assert f.name in flags, (driver, cls.name, f.name)
+    assert tuple(flags["inner_z"].choices) == INNER_Z_MODES
     argv = ["--preset", "quick", "--method", "mi_backprop,grad_reversal,confusion,hsic",
             "--theta-update", "joint", "--mine-ema-rate", "0", "--mine-hidden", "32",
             "--mine-hidden-layers", "3", "--no-rescale-mi-grad", "--select-epoch", "last",
             "--channels-last", "--amp", "--compile", "--bank-size", "8", "--head-hidden",
             "16", "--head-lr", "0.01", "--hsic-bandwidth", "2", "--eval-batch-size", "7",
-            "--mine-standardize", "--mi-guard"]
+            "--mine-standardize", "--mi-guard", "--inner-z", "first_k"]
     if spec.parser_options.get("uses_sigma", True):
         argv += ["--z-relu", "--width", "16", "--palette", "distinct"]
     args = resolve(parser, spec.benchmark, spec.presets, argv)
@@ -153,7 +155,8 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
                 "mine_hidden_layers": 3, "rescale_mi_grad": False, "select_epoch": "last",
                 "channels_last": True, "amp": True, "compile": True, "bank_size": 8,
                 "head_hidden": 16, "head_lr": 0.01, "hsic_bandwidth": 2.0,
-                "eval_batch_size": 7, "mine_standardize": True, "mi_guard": True}
+                "eval_batch_size": 7, "mine_standardize": True, "mi_guard": True,
+                "inner_z": "first_k"}
     if spec.parser_options.get("uses_sigma", True):
         expected.update({"z_relu": True, "width": 16, "palette": "distinct"})
     for key, value in expected.items():

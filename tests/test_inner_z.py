@@ -64,6 +64,37 @@ def test_each_mode_computes_the_mi_of_fresh_z_when_refreshed_every_step(mode):
         assert mi_given == pytest.approx(mi_fresh, abs=1e-5)
 
 
+def test_first_k_follows_the_authors_schedule_on_fresh_z():
+    # digit_trainer.py: one MINE step per batch of the epoch before any theta step, then K
+    # steps on fresh forwards of the epoch's first K batches after every theta step.
+    bench = biased_tabular(n=600)
+    cfg = LoopConfig(lam=1.0, K=3, batch_size=64, lr=5e-2, mine_lr=1e-2, inner_z="first_k")
+    algo = Algorithm1(bench, cfg, seed=0)
+    seen = _watch_inner_steps(algo)
+    rows: list[torch.Tensor] = []
+    phi_loss = algo.mine.phi_loss
+
+    def rows_too(z, c, generator=None):
+        rows.append(algo.last_inner_rows().clone())
+        return phi_loss(z, c, generator)
+
+    algo.mine.phi_loss = rows_too  # type: ignore[method-assign]
+    theta_before = [p.detach().clone() for p in algo.g.parameters()]
+    algo.run_epoch()
+    batches = math.ceil(600 / 64)
+    assert len(seen) == batches + batches * 3
+    assert torch.equal(torch.cat(rows[:batches]).sort().values, torch.arange(600))
+    for step in range(batches):  # after each theta step: the epoch's first 3 batches
+        after = rows[batches + 3 * step: batches + 3 * (step + 1)]
+        for got, first in zip(after, rows[:3], strict=True):
+            assert torch.equal(got, first)
+    for dz, mi_given, mi_fresh in seen:  # each step's z is a fresh forward of current g
+        assert dz < 1e-5
+        assert mi_given == pytest.approx(mi_fresh, abs=1e-5)
+    moved = zip(theta_before, algo.g.parameters(), strict=True)
+    assert any(not torch.equal(a, b) for a, b in moved)  # theta steps were taken
+
+
 def test_a_stale_pool_is_caught_by_the_same_check():
     # Refreshed every 5 outer steps while theta moves (lr 5e-2): its z drift from fresh z.
     bench = biased_tabular(n=600)

@@ -56,7 +56,7 @@ def test_rescaled_mi_gradient_never_exceeds_task_gradient():
     assert torch.allclose(combine_grads(g_task, big_mi, 0.5, False), g_task + 0.5 * big_mi)
 
 
-@pytest.mark.parametrize("inner_z", ["fresh", "batch", "bank"])
+@pytest.mark.parametrize("inner_z", ["fresh", "batch", "bank", "first_k"])
 def test_resume_from_state_dict_continues_exactly(inner_z):
     bench = biased_tabular(n=600)
     cfg = LoopConfig(lam=1.0, K=3, batch_size=64, lr=1e-2, mine_lr=1e-2, inner_z=inner_z,

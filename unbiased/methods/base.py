@@ -157,8 +157,8 @@ class ERM:
         with torch.autocast(self.device.type, dtype=torch.bfloat16):
             return self.g(x).float()
 
-    def start_epoch(self) -> None:
-        """Called before the first batch of every epoch."""
+    def start_epoch(self, order: torch.Tensor, train: Split) -> None:
+        """Called before the first batch of every epoch with the epoch's row order."""
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,7 +193,7 @@ class ERM:
         for module in self.modules().values():
             module.train()
         order = self._permutation(len(train))
-        self.start_epoch()
+        self.start_epoch(order, train)
         bs = self.cfg.batch_size
         losses, penalties = [], []
         for step, (x, y, c) in enumerate(train.batches(bs, order)):

@@ -21,7 +21,7 @@ from unbiased.data import Benchmark, Split
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.mine import MINE, estimate_mi, permutation
 
-INNER_Z_MODES: tuple[str, ...] = ("fresh", "batch", "bank")
+INNER_Z_MODES: tuple[str, ...] = ("fresh", "batch", "bank", "first_k")
 MINE_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 THETA_UPDATES: tuple[str, ...] = ("separate", "joint")
 
@@ -38,6 +38,10 @@ class MIBackpropConfig(TrainConfig):
     # "bank" = new mini-batches drawn from a bank of z of the whole training set, computed
     # without grad and recomputed every `bank_refresh` outer steps (and at each epoch start).
     # Theta is fixed during the K steps, so with bank_refresh = 1 "bank" equals "fresh".
+    # "first_k" = the authors' digit_trainer.py: one MINE step on each of the epoch's batches
+    # before its first theta step, then after every theta step K MINE steps on fresh forwards
+    # of the epoch's first K batches (the same rows all epoch, cycled if K exceeds the
+    # epoch's batches). T is thus fitted mostly on rows other than the theta batch it scores.
     inner_z: str = "fresh"
     bank_refresh: int = 10
     # "bank" only: None = z of the whole training set; N = z of a random pool of N training
@@ -126,6 +130,7 @@ class MIBackprop(ERM):
         self._bank_rows: torch.Tensor | None = None  # the pool's rows; None = the whole set
         self._bank_age = 0
         self._inner_pick: torch.Tensor | None = None  # rows of the last inner batch
+        self._head: list[torch.Tensor] = []  # "first_k": rows of the epoch's first K batches
         self.guarded_steps = 0  # theta steps of this epoch that mi_guard kept task-only
         self.theta_steps = 0
 
@@ -185,20 +190,42 @@ class MIBackprop(ERM):
     def _mine_steps(self, train: Split, z_batch: torch.Tensor | None,
                     c_batch: torch.Tensor) -> None:
         for z, c in self._inner_batches(train, z_batch, c_batch):
-            loss, _ = self.mine.phi_loss(z, c, self.method_gen)
-            self.mine_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.mine_opt.step()
+            self._mine_step(z, c)
         self._bank_age += 1
 
+    def _mine_step(self, z: torch.Tensor, c: torch.Tensor) -> None:
+        loss, _ = self.mine.phi_loss(z, c, self.method_gen)
+        self.mine_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.mine_opt.step()
+
+    def _fresh_steps(self, train: Split, batches: list[torch.Tensor]) -> None:
+        """One MINE step on each of `batches` (row indices), each through g without grad."""
+        for rows in batches:
+            self._inner_pick = rows
+            [(x, _, c)] = list(train.batches(len(rows), rows))
+            with torch.no_grad():
+                z = self._features(x)
+            self._mine_step(z, c)
+
     # -- one outer step -------------------------------------------------------------------
-    def start_epoch(self) -> None:
+    def start_epoch(self, order: torch.Tensor, train: Split) -> None:
         self.guarded_steps = self.theta_steps = 0
         self._bank = None  # recomputed at the first step: a resumed run matches a straight one
+        if self.cfg.inner_z == "first_k":
+            bs = self.cfg.batch_size
+            epoch = [order[i:i + bs] for i in range(0, len(order), bs)]
+            epoch = [rows for rows in epoch if len(rows) >= 2]
+            self._head = [epoch[q % len(epoch)] for q in range(self.cfg.K)]
+            self._fresh_steps(train, epoch)  # the authors' MINE pass before the theta steps
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
         self._inner_pick = rows
+        if self.cfg.inner_z == "first_k":  # theta first, then T on the epoch's first K batches
+            out = self._model_step(y, c, self._features(x))
+            self._fresh_steps(train, self._head)
+            return out
         if self.cfg.inner_z == "batch":
             # One forward with grad; its detached z feeds the K MINE steps and the graph is
             # reused by the theta step (theta does not move during the inner loop).
