@@ -180,12 +180,14 @@ class MIBackprop(ERM):
                 self._inner_pick = pick
                 yield self._bank[pick], self._bank_c[pick]
                 continue
-            idx = self._indices(len(train), len(c_batch))
-            self._inner_pick = idx
-            [(x, _, c)] = list(train.batches(len(idx), idx))
-            with torch.no_grad():
-                z = self._features(x)
-            yield z, c
+            yield self._fresh_z(train, self._indices(len(train), len(c_batch)))
+
+    def _fresh_z(self, train: Split, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z, c) of `rows` through the current g, without grad."""
+        self._inner_pick = rows
+        [(x, _, c)] = list(train.batches(len(rows), rows))
+        with torch.no_grad():
+            return self._features(x), c
 
     def _mine_steps(self, train: Split, z_batch: torch.Tensor | None,
                     c_batch: torch.Tensor) -> None:
@@ -202,11 +204,7 @@ class MIBackprop(ERM):
     def _fresh_steps(self, train: Split, batches: list[torch.Tensor]) -> None:
         """One MINE step on each of `batches` (row indices), each through g without grad."""
         for rows in batches:
-            self._inner_pick = rows
-            [(x, _, c)] = list(train.batches(len(rows), rows))
-            with torch.no_grad():
-                z = self._features(x)
-            self._mine_step(z, c)
+            self._mine_step(*self._fresh_z(train, rows))
 
     # -- one outer step -------------------------------------------------------------------
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
