@@ -144,7 +144,7 @@ _OVERRIDES = {
     "head_lr": "head_lr", "hsic_bandwidth": "hsic_bandwidth",
     "eval_batch_size": "eval_batch_size", "train_eval_rows": "train_eval_rows",
     "rescale_mi_grad": "rescale_mi_grad", "select_epoch": "select_epoch",
-    "z_relu": "z_relu", "width": "width", "palette": "palette",
+    "z_relu": "z_relu", "width": "width", "palette": "palette", "stroke": "stroke",
     "scheduler": "scheduler", "samples": "samples", "lam_range": "lam_range",
     # IMDB only (build_parser(imdb=True))
     "train_split": "train_split", "weights": "weights", "arch": "arch",
@@ -259,9 +259,13 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                        help="z = ReLU(fc2) as in the authors' digit code (default: linear z)")
         p.add_argument("--width", type=POS_INT,
                        help="channels of the LeNet's two convolutions (paper: 64)")
-        p.add_argument("--palette", choices=["separated", "distinct"],
-                       help="class colours: separated (default; every pair >= 0.5 apart in "
-                            "some channel) or distinct (closer pairs, a weaker shortcut)")
+        p.add_argument("--palette", choices=["separated", "distinct", "kim"],
+                       help="class colours: separated (every pair >= 0.5 apart in some "
+                            "channel), distinct (closer pairs, a weaker shortcut) or kim (Kim "
+                            "et al.'s, estimated from public images of their files)")
+        p.add_argument("--stroke", choices=["scaled", "flat"],
+                       help="scaled: the colour times the grey digit; flat: the flat colour "
+                            "where the grey digit is > 128 of 255, black elsewhere (Kim's files)")
     p.add_argument("--mi-eval-steps", type=POS_INT,
                    help="training steps of the fresh statistics network behind mi_eval")
     p.add_argument("--root", help="data root (downloads land here; offline files are read "

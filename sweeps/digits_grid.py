@@ -24,7 +24,7 @@ from unbiased.benchmarks.colored_mnist import GreyDigits  # noqa: E402
 
 EXPERIMENT = "digits_grid"
 # What trainables/digits.py's build reads from a trial config.
-BUILD_KEYS = ("source", "root", "z_relu", "width", "palette")
+BUILD_KEYS = ("source", "root", "z_relu", "width", "palette", "stroke")
 
 
 def load_digits(args: SweepArgs) -> GreyDigits:

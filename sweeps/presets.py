@@ -29,6 +29,7 @@ DIGITS: dict[str, dict[str, object]] = {
     # .03 with it and .091 without (.148 / .158 at .045); mi_guard never fired here.
     "quick": {
         "source": "mnist5k", "sigma": [0.03, 0.045], "lam": [0.0, 1.0], "seeds": [0],
+        "palette": "separated", "stroke": "scaled",
         "epochs": 8, "batch_size": 256, "K": 40, "lr": 1e-3, "mine_lr": 3e-3,
         "mine_optimizer": "adam", "inner_z": "batch", "theta_update": "joint",
         "mine_standardize": True, "mi_guard": True,
@@ -57,6 +58,7 @@ DIGITS: dict[str, dict[str, object]] = {
     # - channels_last: the same model, ~1.3x faster convolutions on this CPU.
     "cpu": {
         "source": "mnist", "sigma": list(PAPER_SIGMAS), "lam": [0.0, 1.0], "seeds": [0],
+        "palette": "separated", "stroke": "scaled",
         "epochs": EPOCHS_CPU, "batch_size": 1024, "K": 80, "lr": 1e-4, "mine_lr": 1e-4,
         "mine_optimizer": "adam", "inner_z": "batch", "theta_update": "separate",
         "mine_ema_rate": 0.01, "mine_standardize": True, "mi_guard": True,
@@ -77,7 +79,8 @@ DIGITS: dict[str, dict[str, object]] = {
     # The stale `bank`/pool modes are cheap but fail (test .16).
     "paper": {
         "source": "mnist", "sigma": list(PAPER_SIGMAS), "lam": [0.0, 0.5, 1.0],
-        "seeds": [0, 1, 2], "epochs": 150, "batch_size": 1024, "K": 80, "lr": 1e-4,
+        "seeds": [0, 1, 2], "palette": "separated", "stroke": "scaled", "epochs": 150,
+        "batch_size": 1024, "K": 80, "lr": 1e-4,
         "mine_lr": 1e-4, "mine_optimizer": "adam", "inner_z": "batch",
         "theta_update": "separate", "mine_ema_rate": 0.01, "mine_standardize": True,
         "mi_guard": True, "select_epoch": "lowest_mi_cond",

@@ -22,11 +22,12 @@ def build_digits(config: dict, digits: GreyDigits | None = None) -> colored_mnis
                                z_relu=bool(config.get("z_relu", False)),
                                width=int(config.get("width", 64)),
                                palette=str(config.get("palette", "separated")),
+                               stroke=str(config.get("stroke", "scaled")),
                                device=pick_device(str(config.get("device", "auto"))))
 
 
 def train_digits(config: dict, digits: GreyDigits | None = None) -> None:
     """Config keys: method and its config fields (unbiased/methods), seed, epochs, device,
     num_threads, mi_eval_steps, select_epoch (trainables/common.py); sigma, source, root,
-    z_dim, z_relu, width, palette (the build); fail_once_at_epoch (tests only)."""
+    z_dim, z_relu, width, palette, stroke (the build); fail_once_at_epoch (tests only)."""
     run_trial(config, lambda cfg: build_digits(cfg, digits))

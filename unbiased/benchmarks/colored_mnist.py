@@ -5,8 +5,10 @@
   `sigma` is a *variance*, as in Kim et al.'s files (0.020 ... 0.050): std = sqrt(sigma).
 - Test images get the mean colour of a uniformly random class (plus the same noise), so colour
   carries no label information at test time.
-- Colouring multiplies the grey digit (in [0, 1]) by the colour, so the background stays black;
-  values are clipped to [0, 1].
+- Strokes (`stroke`): "scaled" multiplies the grey digit (in [0, 1]) by the colour, so the
+  stroke keeps MNIST's grey-level shading; "flat", as in Kim et al.'s own files (decoded below),
+  paints the flat colour wherever the grey digit is above 128 (of 255) and leaves every other
+  pixel black. Either way the background stays black and values are clipped to [0, 1].
 - c, the bias attribute: the per-channel maximum pixel value (the digit's colour, since the
   background is black), quantised into 8 bins per channel and concatenated one-hot: 24-d.
 - Everything random (colours, noise, test colour classes) comes from one generator seeded by
@@ -65,7 +67,48 @@ DISTINCT_COLOURS = torch.tensor([
     [240, 50, 230], [230, 25, 75], [0, 0, 128], [220, 190, 255], [255, 250, 200],
 ], dtype=torch.float32)
 DISTINCT_COLOURS = DISTINCT_COLOURS / DISTINCT_COLOURS.amax(dim=1, keepdim=True)
-PALETTES: dict[str, torch.Tensor] = {"separated": CLASS_COLOURS, "distinct": DISTINCT_COLOURS}
+
+# Kim et al.'s class means, as far as public images of their data files show them (issue 27;
+# bench/kim_palette.py re-derives every number below from the sources it names). Kim's
+# `mnist_10color_jitter_var_*.npy` files cannot be downloaded here; two sources show images:
+# - hushon/learning-not-to-learn-tensorflow, dataset_inspector.ipynb: the first 10 training
+#   images of two different files (notebook revisions cbc6cf1 and beeb3e4; which sigma each
+#   is, is not recorded) and the first 10 test images of one, as 28x28 PNGs at full
+#   precision. Each image is one flat RGB colour on the pixels whose grey value is > 128,
+#   exactly black elsewhere. Training labels 5 0 4 1 9 2 1 3 1 4 (MNIST's first ten): classes
+#   0 1 2 3 4 5 9 seen, 6 7 8 not.
+# - the same repository's colored-mnist-example.png (Kim et al.'s figure of their data): 4
+#   training digits of every class, resized to ~37 px; the colour of a digit is read as the
+#   median of its pixels within 15% of the brightest (the interior of the stroke).
+#   Its class means differ from the notebook's by 0.10 RMS, what independent draws with the
+#   within-class spread below predict (0.08-0.10), so both are read as samples of one palette.
+# Each mean below is the plain average over every training digit of its class in both sources
+# (n: notebook + figure): an ESTIMATE with a standard error of ~0.096 / sqrt(n) per channel.
+# Classes 6, 7, 8 rest on the figure alone (n = 4, standard error ~0.05). Test images are not
+# used (their colour class is random and unrecorded).
+# The within-class spread of those digits (per channel, pooled): 0.096 (notebook alone,
+# 13 dof; a simulation with these means, clipping and rounding puts the std between 0.085 and
+# 0.125). That is a variance of ~0.009, below the 0.020-0.050 of the file names read as
+# variances (std 0.141-0.224, rejected at p < 0.01 for both files alike) and above them read
+# as std. We keep sigma as the variance (Kim's option.py; docs/MEASURED.md, issue 27).
+KIM_COLOURS = torch.tensor([
+    [0.861, 0.105, 0.241],  # 0 crimson      n = 2 + 4
+    [0.096, 0.520, 0.563],  # 1 teal         n = 6 + 4
+    [0.868, 0.918, 0.204],  # 2 yellow       n = 2 + 4
+    [0.148, 0.382, 0.778],  # 3 blue         n = 2 + 4
+    [0.908, 0.511, 0.208],  # 4 orange       n = 4 + 4
+    [0.584, 0.095, 0.773],  # 5 purple       n = 2 + 4
+    [0.326, 0.814, 0.849],  # 6 light cyan   n = 0 + 4 (figure only)
+    [0.885, 0.682, 0.805],  # 7 pink         n = 0 + 4 (figure only)
+    [0.614, 0.900, 0.387],  # 8 light green  n = 0 + 4 (figure only)
+    [0.416, 0.131, 0.173],  # 9 maroon       n = 2 + 4
+])
+PALETTES: dict[str, torch.Tensor] = {"separated": CLASS_COLOURS, "distinct": DISTINCT_COLOURS,
+                                     "kim": KIM_COLOURS}
+# How the colour is laid on the digit (see the module docstring).
+STROKES = ("scaled", "flat")
+# Kim's files colour the pixels whose grey value (0-255) is above this.
+FLAT_THRESHOLD = 128
 
 MNIST5K_TRAIN_PER_CLASS = 400
 
@@ -164,9 +207,20 @@ def colour_attribute(colours: torch.Tensor) -> torch.Tensor:
     return onehot.reshape(len(colours), C_DIM)
 
 
-def colourise(grey: torch.Tensor, colours: torch.Tensor) -> torch.Tensor:
-    """(N, 28, 28) grey in [0, 1] times per-image RGB colour -> (N, 3, 28, 28), vectorised."""
-    return (grey.unsqueeze(1) * colours[:, :, None, None]).clamp_(0, 1)
+def stroke_mask(grey: torch.Tensor, stroke: str) -> torch.Tensor:
+    """What multiplies the colour at each pixel: the grey value itself ("scaled") or 1 where
+    the grey value is above FLAT_THRESHOLD of 255 and 0 elsewhere ("flat")."""
+    if stroke == "scaled":
+        return grey
+    if stroke == "flat":
+        # Compared on the 0-255 scale MNIST is stored in, so 128 itself stays black.
+        return ((grey * 255).round() > FLAT_THRESHOLD).to(grey.dtype)
+    raise ValueError(f"stroke must be one of {STROKES}, got {stroke!r}")
+
+
+def colourise(grey: torch.Tensor, colours: torch.Tensor, stroke: str = "scaled") -> torch.Tensor:
+    """(N, 28, 28) grey in [0, 1] and per-image RGB colour -> (N, 3, 28, 28), vectorised."""
+    return (stroke_mask(grey, stroke).unsqueeze(1) * colours[:, :, None, None]).clamp_(0, 1)
 
 
 def _noisy_colours(classes: torch.Tensor, sigma: float, gen: torch.Generator,
@@ -177,37 +231,70 @@ def _noisy_colours(classes: torch.Tensor, sigma: float, gen: torch.Generator,
 
 def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor, sigma: float,
                gen: torch.Generator, device: torch.device | str | None = None,
-               palette: torch.Tensor = CLASS_COLOURS) -> TensorSplit:
+               palette: torch.Tensor = CLASS_COLOURS, stroke: str = "scaled") -> TensorSplit:
     """Colour one split. The colours are drawn on the CPU (the seeded generator); with
     `device` the grey digits go there first and are coloured there, so only one channel
     crosses to a GPU and no 3-channel copy is ever held on the host."""
     colours = _noisy_colours(colour_classes, sigma, gen, palette)
     if device is not None:
         grey, y, colours = grey.to(device), y.to(device), colours.to(device)
-    x = colourise(grey, colours)
+    x = colourise(grey, colours, stroke)
     # c from the pixels themselves (per-channel max), as the protocol defines it.
     c = colour_attribute(x.amax(dim=(2, 3)))
     return TensorSplit(x, y, c)
 
 
+def colour_only_accuracy(c: torch.Tensor, y: torch.Tensor) -> float:
+    """Bias strength: the training accuracy of the best classifier that sees the colour alone,
+    i.e. the share of digits whose class is the most frequent one among the digits with the
+    same binned colour c (8 x 8 x 8 cells). 1/10 means colour says nothing about the label;
+    1 means colour alone classifies every training digit."""
+    cell = (c.reshape(len(c), 3, C_BINS).argmax(dim=2) * torch.tensor([C_BINS ** 2, C_BINS, 1],
+                                                                       device=c.device)).sum(1)
+    counts = torch.zeros(C_BINS ** 3, NUM_CLASSES, dtype=torch.long, device=c.device)
+    counts.index_put_((cell, y.to(c.device)), torch.ones_like(cell), accumulate=True)
+    return float(counts.amax(dim=1).sum()) / max(len(y), 1)
+
+
+def train_colour_attribute(digits: GreyDigits, sigma: float, seed: int,
+                           palette: str = "separated", stroke: str = "scaled") -> torch.Tensor:
+    """The training split's c exactly as `build` makes it (the same generator draws), without
+    colouring the images: the per-channel max of a coloured digit is its colour times the
+    largest value of its stroke mask."""
+    gen = torch.Generator().manual_seed(seed)
+    colours = _noisy_colours(digits.train_y, sigma, gen, PALETTES[palette])
+    peak = stroke_mask(digits.train_x, stroke).amax(dim=(1, 2))
+    return colour_attribute((colours * peak[:, None]).clamp(0, 1))
+
+
+def bias_strength(digits: GreyDigits, sigma: float, seed: int, palette: str = "separated",
+                  stroke: str = "scaled") -> float:
+    """`colour_only_accuracy` of the training split `build` makes for these settings."""
+    return colour_only_accuracy(train_colour_attribute(digits, sigma, seed, palette, stroke),
+                                digits.train_y)
+
+
 def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
           device: torch.device | str | None = None, z_relu: bool = False,
-          width: int = 64, palette: str = "separated") -> Benchmark:
+          width: int = 64, palette: str = "separated", stroke: str = "scaled") -> Benchmark:
     """The coloured benchmark for one (sigma, seed), built on `device` (default: where the
     grey digits are). The same tensors on every device: colouring is exact arithmetic."""
     if not 0 < sigma < 1:
         raise ValueError(f"sigma must be in (0, 1), got {sigma}")
     if palette not in PALETTES:
         raise ValueError(f"palette must be one of {sorted(PALETTES)}, got {palette!r}")
+    if stroke not in STROKES:
+        raise ValueError(f"stroke must be one of {STROKES}, got {stroke!r}")
     colours = PALETTES[palette]
     gen = torch.Generator().manual_seed(seed)
     train = make_split(digits.train_x, digits.train_y, digits.train_y, sigma, gen, device,
-                       colours)
+                       colours, stroke)
     test_classes = torch.randint(NUM_CLASSES, (len(digits.test_y),), generator=gen)
-    test = make_split(digits.test_x, digits.test_y, test_classes, sigma, gen, device, colours)
+    test = make_split(digits.test_x, digits.test_y, test_classes, sigma, gen, device, colours,
+                      stroke)
     return Benchmark(
         name="digits", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
         make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu, width=width), z_dim=z_dim,
         c_dim=C_DIM, bias_classes=(C_BINS,) * 3,
-        info={"source": digits.source, "sigma": sigma, "palette": palette,
+        info={"source": digits.source, "sigma": sigma, "palette": palette, "stroke": stroke,
               "n_train": len(train), "n_test": len(test)})
