@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,6 +11,18 @@ from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.results import final_rows, load_results
 from analysis.selection import LowestMI, SelectionRule
 from analysis.tables import build_tables
+
+EXPERIMENT_FILE = "experiment.json"  # written by sweeps/runner.py beside results.parquet
+
+
+def read_experiment(out: Path) -> dict:
+    """OUT/experiment.json (what the driver recorded), or {} when absent or unreadable: the
+    tables it adds to are optional."""
+    try:
+        record = json.loads((out / EXPERIMENT_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = None,
@@ -22,7 +35,7 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
     out = Path(results_dir)
     df = load_results(out)
     finals = final_rows(df)
-    tidy, markdown = build_tables(df, finals, rules)
+    tidy, markdown = build_tables(df, finals, rules, read_experiment(out))
     written = [atomic_write_text(out / "table.md", markdown),
                atomic_write_parquet(tidy, out / "table.parquet")]
     if figures:

@@ -468,9 +468,30 @@ def excluded_section(finals: pd.DataFrame) -> str:
 # ----------------------------------------------------------------------------- top level
 
 
+def bias_section(bias: Sequence[dict]) -> str:
+    """The data's bias strength (OUT/experiment.json's `bias_strength`, written by the digits
+    drivers): per palette and stroke, the share of training digits the colour alone
+    classifies at each sigma, mean over the sweep's seeds."""
+    frame = pd.DataFrame(list(bias))
+    if frame.empty or not {"sigma", "palette", "stroke", "colour_only_acc"} <= set(frame):
+        return ""
+    sigmas = sorted(frame["sigma"].astype(float).unique())
+    rows = []
+    for (palette, stroke), g in frame.groupby(["palette", "stroke"], sort=True):
+        means = g.groupby("sigma")["colour_only_acc"].mean()
+        rows.append([f"{palette}, {stroke}"] + [fmt_num(float(means[s])) if s in means.index
+                                                 else "–" for s in sigmas])
+    return ("### Bias strength\n\nThe training accuracy of the best classifier that sees "
+            "only the binned colour c (the share of training digits colour alone "
+            "classifies; 0.1 = no bias), mean over seeds.\n\n"
+            + md_table(["palette, stroke"] + [sigma_label(s) for s in sigmas], rows))
+
+
 def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
-                 rules: Sequence[SelectionRule] | None = None) -> tuple[pd.DataFrame, str]:
-    """All tables for a validated results frame and its final rows: (tidy frame, markdown)."""
+                 rules: Sequence[SelectionRule] | None = None,
+                 experiment: dict | None = None) -> tuple[pd.DataFrame, str]:
+    """All tables for a validated results frame and its final rows: (tidy frame, markdown).
+    `experiment`: the sweep's OUT/experiment.json, for facts about its data (bias strength)."""
     rules = tuple(rules) if rules is not None else default_rules()
     experiments = ", ".join(sorted(set(df["experiment"].dropna()))) or "(none)"
     tols = sorted({r.tolerance for r in rules if isinstance(r, LowestMI | HighestFittingLambda)})
@@ -496,7 +517,10 @@ def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
         c1, md1 = builders[bench](finals, rules)
         c2, md2 = lambda_sections(finals, bench, rules)
         cells += c1 + c2
-        body.append(f"## {bench}: {titles[bench]}\n\n" + "\n".join(p for p in (md1, md2) if p))
+        md0 = bias_section((experiment or {}).get("bias_strength", [])) if bench == "digits" \
+            else ""
+        body.append(f"## {bench}: {titles[bench]}\n\n"
+                    + "\n".join(p for p in (md1, md0, md2) if p))
     if not body:
         body.append("No results rows.\n")
     markdown = ("\n".join(head) + "\n" + "\n".join(body) + "\n" + warnings_section(finals)

@@ -60,6 +60,8 @@ class GridSpec:
     describing the data for the start line.
     `trainable()`: the Tune function (imported late: trainables import torch and ray).
     `extra_rows(args, loaded, df)`: rows of non-neural baselines added to the results.
+    `describe(args, loaded)`: facts about the data the sweep runs on (digits: the bias
+    strength), as (entries for OUT/experiment.json, lines printed at the start).
     """
 
     prog: str
@@ -75,6 +77,7 @@ class GridSpec:
     parser_options: dict[str, bool] = field(default_factory=dict)
     out_name: str | None = None  # default OUT is results/<out_name or benchmark>_<preset>
     extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame] | None = None
+    describe: Callable[[SweepArgs, dict], tuple[dict, list[str]]] | None = None
 
     def trial_keys(self) -> tuple[str, ...]:
         return (*RUN_KEYS, *method_keys(), *self.build_keys)
@@ -182,9 +185,13 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         points = spec.validate(args.values, points)
         runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
+        facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
+        args.extra.update(facts)
         tracking.start(args, spec.experiment)
         print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
               f"{args['epochs']} epochs each -> {args.out}", flush=True)
+        for line in lines:
+            print(line, flush=True)
         runner.init_ray(args.address)
         from ray import tune
 

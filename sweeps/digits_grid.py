@@ -45,6 +45,29 @@ def _load(args: SweepArgs) -> tuple[dict[str, object], str]:
                                 f"digits from {digits.source}")
 
 
+def bias_strength(args: SweepArgs, digits: GreyDigits) -> tuple[dict, list[str]]:
+    """For each sigma and seed of the sweep, the share of training digits the colour alone
+    classifies (`colored_mnist.bias_strength`), for OUT/experiment.json and table.md."""
+    from unbiased.benchmarks.colored_mnist import bias_strength as strength
+
+    palette, stroke = str(args["palette"]), str(args["stroke"])
+    rows = [{"sigma": float(sigma), "seed": int(seed), "palette": palette, "stroke": stroke,
+             "colour_only_acc": round(strength(digits, float(sigma), int(seed), palette,
+                                               stroke), 4)}
+            for sigma in args["sigma"] for seed in args["seeds"]]
+    means = {}
+    for row in rows:
+        means.setdefault(row["sigma"], []).append(row["colour_only_acc"])
+    line = (f"bias strength (palette {palette}, stroke {stroke}): colour alone classifies "
+            + ", ".join(f"{sum(v) / len(v):.3f} at sigma {s:g}" for s, v in means.items())
+            + " of the training digits")
+    return {"bias_strength": rows}, [line]
+
+
+def _describe(args: SweepArgs, loaded: dict) -> tuple[dict, list[str]]:
+    return bias_strength(args, loaded["digits"])
+
+
 def _trainable():
     from trainables.digits import train_digits
 
@@ -60,7 +83,7 @@ def spec(prog: str = "digits_grid.py", description: str = __doc__.splitlines()[0
         data_axes=("sigma",), load=_load, trainable=_trainable,
         summary_columns=("method", "sigma", "lam", "K", "seed", "epoch", "train_acc",
                          "test_acc", "mi", "mi_eval", "status"),
-        out_name=None if experiment == EXPERIMENT else experiment)
+        out_name=None if experiment == EXPERIMENT else experiment, describe=_describe)
 
 
 SPEC = spec()

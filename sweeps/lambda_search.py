@@ -24,7 +24,7 @@ import pandas as pd  # noqa: E402
 
 from sweeps import tracking  # noqa: E402
 from sweeps.cli import build_parser, resolve  # noqa: E402
-from sweeps.digits_grid import SPEC, load_digits  # noqa: E402
+from sweeps.digits_grid import SPEC, bias_strength, load_digits  # noqa: E402
 from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
 from sweeps.runner import (  # noqa: E402
     SweepError,
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         tracking.check_installed(args)
         check_out_dir(args, EXPERIMENT)
         digits = load_digits(args)
+        facts, lines = bias_strength(args, digits)
+        args.extra.update(facts)
         tracking.start(args, EXPERIMENT)
         samples = int(args["samples"])
         studies = [(m, float(s), int(seed)) for m in args["method"] for s in args["sigma"]
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{EXPERIMENT}: preset {args.preset}, {len(studies)} studies x {samples} trials "
               f"({len(digits.train_y)} train / {len(digits.test_y)} test digits from "
               f"{digits.source}), {args['epochs']} epochs each -> {args.out}", flush=True)
+        print("\n".join(lines), flush=True)
         init_ray(args.address)
         from ray import tune
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -183,6 +184,22 @@ def test_build_all_writes_tables(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert cell(tidy, "ERM (λ=0)", "σ=0.030", "Table 1 (test accuracy), K=80")["mean"] == \
         pytest.approx(0.6)
     assert (tmp_path / "table.md").read_text().startswith("# Results: synthetic")
+    assert "Bias strength" not in (tmp_path / "table.md").read_text()  # no experiment.json
+
+
+def test_bias_strength_from_experiment_json_is_a_table_per_palette(tmp_path: Path) -> None:
+    atomic_write_parquet(frame(digits_rows()), tmp_path / "results.parquet")
+    bias = [{"sigma": s, "seed": seed, "palette": "kim", "stroke": "flat",
+             "colour_only_acc": acc}
+            for s, seed, acc in ((0.02, 0, 0.80), (0.02, 1, 0.90), (0.05, 0, 0.61))]
+    (tmp_path / "experiment.json").write_text(json.dumps({"bias_strength": bias}))
+    build_all(tmp_path, figures=False)
+    table = (tmp_path / "table.md").read_text()
+    assert "| palette, stroke | σ=0.020 | σ=0.050 |" in table
+    assert "| kim, flat | 0.850 | 0.610 |" in table  # the mean over seeds
+    (tmp_path / "experiment.json").write_text("{not json")  # unreadable: no section, no crash
+    build_all(tmp_path, figures=False)
+    assert "Bias strength" not in (tmp_path / "table.md").read_text()
 
 
 def _methods_rows() -> list[dict]:

@@ -142,3 +142,52 @@ def test_palette_sets_the_class_colours_and_is_checked(grey_digits):
     assert torch.equal(default.train.y, bench.train.y)
     with pytest.raises(ValueError, match="palette"):
         cm.build(grey_digits, 0.02, seed=0, palette="rainbow")
+
+
+def test_flat_stroke_paints_the_flat_colour_where_grey_is_above_128(grey_digits):
+    bench = cm.build(grey_digits, 0.03, seed=0, palette="kim", stroke="flat")
+    x = bench.train.x
+    grey255 = (grey_digits.train_x * 255).round()
+    on = grey255 > 128
+    assert (x.permute(1, 0, 2, 3)[:, ~on] == 0).all()  # 128 and below: black
+    colours = x.amax(dim=(2, 3))  # (N, 3): one flat colour per digit
+    painted = x.permute(0, 2, 3, 1)[on]  # (pixels, 3)
+    owner = on.nonzero()[:, 0]
+    assert torch.equal(painted, colours[owner])
+    # the scaled stroke keeps the grey shading on the same colours
+    scaled = cm.build(grey_digits, 0.03, seed=0, palette="kim", stroke="scaled").train.x
+    assert torch.allclose(scaled, (grey_digits.train_x.unsqueeze(1) * colours[:, :, None, None]
+                                   ).clamp(0, 1))
+
+
+def test_kim_palette_has_ten_colours_and_its_closest_pair_is_1_and_3(grey_digits):
+    k = cm.KIM_COLOURS
+    assert k.shape == (10, 3) and ((k >= 0) & (k <= 1)).all()
+    dist = torch.cdist(k, k) + torch.eye(10) * 9
+    assert divmod(int(dist.argmin()), 10) in {(1, 3), (3, 1)}
+    with pytest.raises(ValueError, match="stroke"):
+        cm.build(grey_digits, 0.03, seed=0, stroke="bold")
+
+
+@pytest.mark.parametrize("palette, stroke", [("separated", "scaled"), ("kim", "flat")])
+def test_bias_strength_is_computed_on_the_very_c_the_build_makes(grey_digits, palette, stroke):
+    bench = cm.build(grey_digits, 0.03, seed=5, palette=palette, stroke=stroke)
+    c = cm.train_colour_attribute(grey_digits, 0.03, 5, palette, stroke)
+    assert torch.equal(c, bench.train.c)
+    assert cm.bias_strength(grey_digits, 0.03, 5, palette, stroke) == \
+        cm.colour_only_accuracy(bench.train.c, bench.train.y)
+
+
+def test_colour_only_accuracy_is_the_majority_label_per_colour_cell():
+    c = cm.colour_attribute(torch.tensor([[0.0, 0.0, 0.0]] * 3 + [[0.9, 0.9, 0.9]] * 2))
+    y = torch.tensor([1, 1, 2, 3, 4])
+    assert cm.colour_only_accuracy(c, y) == pytest.approx(3 / 5)  # 2 of cell 1, 1 of cell 2
+    assert cm.colour_only_accuracy(c, torch.tensor([1, 1, 1, 3, 3])) == 1.0
+
+
+def test_more_noise_and_closer_colours_weaken_the_bias(grey_digits):
+    strength = {(p, s): cm.bias_strength(grey_digits, s, 0, p)
+                for p in ("separated", "kim") for s in (0.02, 0.05)}
+    assert strength["separated", 0.05] < strength["separated", 0.02]
+    assert strength["kim", 0.02] < strength["separated", 0.02]
+    assert strength["kim", 0.05] < strength["kim", 0.02]

@@ -89,7 +89,7 @@ def test_tiny_sweep_writes_the_results_contract(ray_local, tmp_path):
     out = tmp_path / "digits"
     rc = main(["--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs", "2", "--K", "2",
                "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu",
-               "--out", str(out)])
+               "--palette", "kim", "--stroke", "flat", "--out", str(out)])
     assert rc == 0
     df = pd.read_parquet(out / "results.parquet")
     for col in ["experiment", "trial_id", "benchmark", "method", "sigma", "lam", "K", "seed",
@@ -107,7 +107,18 @@ def test_tiny_sweep_writes_the_results_contract(ray_local, tmp_path):
     assert last["mi_eval_cond"].notna().all()
     assert (out / "table.md").exists() and (out / "table.parquet").exists()
     assert any((out / "figures").glob("*.png"))
-    assert json.loads((out / "experiment.json").read_text())["experiment"] == "digits_grid"
+    record = json.loads((out / "experiment.json").read_text())
+    assert record["experiment"] == "digits_grid"
+    assert json.loads(df["config"].iloc[0])["stroke"] == "flat"
+    # the data's bias strength, recomputed here from the same digits and settings
+    from unbiased.benchmarks.colored_mnist import bias_strength, load_mnist5k
+
+    (bias,) = record["bias_strength"]
+    expected = bias_strength(load_mnist5k(), 0.03, 0, "kim", "flat")
+    assert bias == {"sigma": 0.03, "seed": 0, "palette": "kim", "stroke": "flat",
+                    "colour_only_acc": pytest.approx(expected, abs=1e-4)}
+    table = (out / "table.md").read_text()
+    assert "### Bias strength" in table and f"| kim, flat | {expected:.3f} |" in table
 
 
 def test_unreachable_address_fails_fast_with_one_line(tmp_path):

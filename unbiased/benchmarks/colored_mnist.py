@@ -263,7 +263,9 @@ def train_colour_attribute(digits: GreyDigits, sigma: float, seed: int,
     largest value of its stroke mask."""
     gen = torch.Generator().manual_seed(seed)
     colours = _noisy_colours(digits.train_y, sigma, gen, PALETTES[palette])
-    peak = stroke_mask(digits.train_x, stroke).amax(dim=(1, 2))
+    # Both masks are monotone in the grey value: the mask of the brightest pixel is the
+    # brightest pixel of the mask.
+    peak = stroke_mask(digits.train_x.amax(dim=(1, 2)), stroke)
     return colour_attribute((colours * peak[:, None]).clamp(0, 1))
 
 
