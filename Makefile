@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned: these wheels are on local disk here; a bare range would fetch GBs.
 	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install --quiet -e '.[dev,mlflow]'
+	$(PY) -m pip install --quiet -e '.[dev,mlflow,wandb]'
 	touch $@
 
 quick: $(VENV)/.installed

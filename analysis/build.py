@@ -8,6 +8,7 @@ from pathlib import Path
 
 from analysis.figures import write_figures
 from analysis.io import atomic_write_parquet, atomic_write_text
+from analysis.latex import to_latex
 from analysis.results import final_rows, load_results
 from analysis.selection import LowestMI, SelectionRule
 from analysis.tables import build_tables
@@ -27,8 +28,8 @@ def read_experiment(out: Path) -> dict:
 
 def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = None,
               figures: bool = True) -> list[Path]:
-    """Read RESULTS_DIR/results.parquet; write table.md, table.parquet and figures/*.png
-    (atomically). Returns the written paths; prints nothing.
+    """Read RESULTS_DIR/results.parquet; write table.md, table.parquet, table.tex and
+    figures/*.png (atomically). Returns the written paths; prints nothing.
 
     Raises FileNotFoundError (no results.parquet) or ResultsError (contract broken).
     """
@@ -37,7 +38,8 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
     finals = final_rows(df)
     tidy, markdown = build_tables(df, finals, rules, read_experiment(out))
     written = [atomic_write_text(out / "table.md", markdown),
-               atomic_write_parquet(tidy, out / "table.parquet")]
+               atomic_write_parquet(tidy, out / "table.parquet"),
+               atomic_write_text(out / "table.tex", to_latex(tidy))]
     if figures:
         # The figure marks the same lowest-MI choice as the tables (same tolerance).
         lowest = next((r for r in rules or () if r.key == LowestMI.key), None)

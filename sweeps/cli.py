@@ -87,6 +87,18 @@ NONNEG_FLOAT = _one(float, _nonneg)
 POS_FLOAT_LIST = _list_of(float, _positive)
 NONNEG_INT = _one(int, lambda v: None if v >= 0 else "must be >= 0")
 EMA_RATE = _one(float, lambda v: _finite(v) or (None if 0 <= v <= 1 else "must be in [0, 1]"))
+TRACKER_NAMES = ("mlflow", "wandb")  # sweeps/trackers: TRACKERS has one entry each
+
+
+def tracker_list(text: str) -> tuple[str, ...]:
+    """--tracker: none, or trackers comma-separated (mlflow,wandb)."""
+    if text.strip() == "none":
+        return ()
+    names = _list_of(str, lambda v: None if v in TRACKER_NAMES else
+                     f"unknown tracker; choose none or from {', '.join(TRACKER_NAMES)}")(text)
+    return tuple(dict.fromkeys(names))
+
+
 IMDB_SPLITS = ("EB1", "EB2")
 
 
@@ -117,8 +129,9 @@ class SweepArgs:
     storage_path: str | None = None
     resume: bool = False
     overwrite: bool = False
-    tracker: str = "none"  # sweeps/tracking.py: none or mlflow
+    tracker: tuple[str, ...] = ()  # sweeps/trackers: the trackers asked for (or resumed)
     tracking_uri: str | None = None
+    wandb_project: str | None = None
     # More fields for OUT/experiment.json (a re-run records the sweep it re-runs).
     extra: dict[str, object] = field(default_factory=dict)
     # The keys set by a flag on the command line (the rest came from the preset).
@@ -291,19 +304,35 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                         "OUT/tune")
     p.add_argument("--out", type=Path, help="results directory (results.parquet, tables, "
                                             "figures); default: results/<sweep>_<preset>")
-    p.add_argument("--tracker", choices=["none", "mlflow"], default="none",
-                   help="also log the sweep to an experiment tracker: mlflow (one run per "
-                        "trial, nested under a run of the sweep; needs the extra: pip install "
-                        "'unbiased-mi[mlflow]')")
-    p.add_argument("--tracking-uri",
-                   help="MLflow tracking URI (a server's http://host:port, or a database); "
-                        "default: sqlite:///OUT/mlflow.db")
+    tracker_flags(p)
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",
                        help="continue an interrupted sweep in OUT")
     group.add_argument("--overwrite", action="store_true",
                        help="replace the results of an earlier sweep in OUT")
     return p
+
+
+def tracker_flags(p: argparse.ArgumentParser) -> None:
+    """--tracker and its settings (every driver and the re-run)."""
+    p.add_argument("--tracker", type=tracker_list, default=(),
+                   help="also log the sweep to experiment trackers, comma-separated: mlflow "
+                        "(one run per trial, nested under a run of the sweep), wandb (one W&B "
+                        "run per trial, grouped under the sweep; WANDB_MODE=offline keeps "
+                        "them in OUT/wandb); each needs its extra: pip install "
+                        "'unbiased-mi[mlflow]' / 'unbiased-mi[wandb]' (default: none)")
+    p.add_argument("--tracking-uri",
+                   help="MLflow tracking URI (a server's http://host:port, or a database); "
+                        "default: sqlite:///OUT/mlflow.db")
+    p.add_argument("--wandb-project",
+                   help="W&B project of the sweep's runs (default: the name of OUT)")
+
+
+def check_tracker_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    if ns.tracking_uri and "mlflow" not in ns.tracker:
+        parser.error("argument --tracking-uri: only read with --tracker mlflow")
+    if ns.wandb_project and "wandb" not in ns.tracker:
+        parser.error("argument --wandb-project: only read with --tracker wandb")
 
 
 def _imdb_flags(p: argparse.ArgumentParser) -> None:
@@ -369,13 +398,13 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
         parser.error(f"argument --root: {root} does not exist")
     if values.get("source") == "mnist" and not values.get("root"):
         values["root"] = "data"
-    if ns.tracking_uri and ns.tracker != "mlflow":
-        parser.error("argument --tracking-uri: only read with --tracker mlflow")
+    check_tracker_flags(parser, ns)
     out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
                      address=ns.address, storage_path=storage, resume=ns.resume,
                      overwrite=ns.overwrite, tracker=ns.tracker,
+                     wandb_project=ns.wandb_project,
                      tracking_uri=ns.tracking_uri, explicit=frozenset(explicit))
 
 

@@ -20,16 +20,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sweeps import runner, tracking
+from sweeps import runner, trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
-from sweeps.runner import SweepError
+from sweeps.common import POINT_KEY, SweepError
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
 RUN_KEYS = ("epochs", "device", "mi_eval_steps", "select_epoch")
 # Values the driver uses itself; they never reach a trial as such.
 DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
                          "scheduler", "samples", "lam_range", "weights"})
-POINT_KEY = "point"  # a trial's grid point sits under this config key (see flat_config)
 
 
 def method_keys() -> tuple[str, ...]:
@@ -181,13 +180,13 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     results; `after(args, df)` writes more outputs (their paths) before the tracker logs
     them. Returns the driver's exit status."""
     try:
-        tracking.check_installed(args)
+        trackers.check_installed(args)
         points = spec.validate(args.values, points)
         runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
         args.extra.update(facts)
-        tracking.start(args, spec.experiment)
+        trackers.start(args, spec.experiment)
         print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
               f"{args['epochs']} epochs each -> {args.out}", flush=True)
         for line in lines:
@@ -206,13 +205,13 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         written = runner.write_outputs(args, spec.experiment, df)
         if after is not None:
             written += after(args, df)
-        tracking.finish(args, df, written)
+        trackers.finish(args, df, written)
     except SweepError as exc:
         runner.fail(str(exc))
     summary(df, spec.summary_columns)
     for path in written:
         print(f"wrote {path}")
-    for line in tracking.hints(args, runner.storage_dir(args)):
+    for line in trackers.hints(args, runner.storage_dir(args)):
         print(line)
     return 0 if runner.all_ok(df) else 1
 

@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import pandas as pd  # noqa: E402
 
-from sweeps import tracking  # noqa: E402
+from sweeps import trackers  # noqa: E402
 from sweeps.cli import build_parser, resolve  # noqa: E402
 from sweeps.digits_grid import SPEC, bias_strength, load_digits  # noqa: E402
 from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
@@ -83,12 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         # Every method's config at both ends of the lambda range and each K, before Ray.
         SPEC.check_read(args.values, args.explicit)
         SPEC.validate({**args.values, "lam": list(args["lam_range"])})
-        tracking.check_installed(args)
+        trackers.check_installed(args)
         check_out_dir(args, EXPERIMENT)
         digits = load_digits(args)
         facts, lines = bias_strength(args, digits)
         args.extra.update(facts)
-        tracking.start(args, EXPERIMENT)
+        trackers.start(args, EXPERIMENT)
         samples = int(args["samples"])
         studies = [(m, float(s), int(seed)) for m in args["method"] for s in args["sigma"]
                    for seed in args["seeds"]]
@@ -118,14 +118,14 @@ def main(argv: list[str] | None = None) -> int:
             ["method", "sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
         written = write_outputs(args, EXPERIMENT, df)
         front = _write_front(args.out, df, written)
-        tracking.finish(args, df, written)
+        trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
     print(front[["sigma", "seed", "lam", "K", "mi_eval", "train_acc", "test_acc", "chosen"]]
           .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for path in written:
         print(f"wrote {path}")
-    for line in tracking.hints(args, storage_dir(args)):
+    for line in trackers.hints(args, storage_dir(args)):
         print(line)
     return 0 if all_ok(df) else 1
 

@@ -23,7 +23,13 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import pandas as pd  # noqa: E402
 
 from sweeps import runner  # noqa: E402
-from sweeps.cli import SEED_LIST, STORAGE_ENV, SweepArgs  # noqa: E402
+from sweeps.cli import (  # noqa: E402
+    SEED_LIST,
+    STORAGE_ENV,
+    SweepArgs,
+    check_tracker_flags,
+    tracker_flags,
+)
 from sweeps.core import GridSpec, has_key, run_points  # noqa: E402
 from sweeps.runner import SweepError  # noqa: E402
 
@@ -52,9 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "default: start a local Ray")
     p.add_argument("--storage-path", help=f"as the drivers' (default: ${STORAGE_ENV} when "
                                           "set, else OUT/tune)")
-    p.add_argument("--tracker", choices=["none", "mlflow"], default="none",
-                   help="as the drivers': mlflow logs the re-run to MLflow")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///OUT/mlflow.db)")
+    tracker_flags(p)
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue an interrupted re-run")
     group.add_argument("--overwrite", action="store_true",
@@ -98,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     ns = parser.parse_args(argv)
-    if ns.tracking_uri and ns.tracker != "mlflow":
-        parser.error("argument --tracking-uri: only read with --tracker mlflow")
+    check_tracker_flags(parser, ns)
     source = ns.source
     try:
         record = _record(source)
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         address=ns.address,
         storage_path=ns.storage_path or os.environ.get(STORAGE_ENV) or None,
         resume=ns.resume, overwrite=ns.overwrite, tracker=ns.tracker,
-        tracking_uri=ns.tracking_uri,
+        tracking_uri=ns.tracking_uri, wandb_project=ns.wandb_project,
         extra={"rerun_of": {"source": str(source.resolve()),
                             "source_experiment": record["experiment"],
                             "source_git_commit": record.get("git_commit"),

@@ -23,6 +23,7 @@ import pandas as pd
 
 from analysis.results import OK_WARNING, critic_warning
 from sweeps.cli import SweepArgs
+from sweeps.common import SweepError, flat_config
 
 # Columns of results.parquet, in order: the contract of DESIGN.md plus what we add.
 CONTRACT_COLUMNS = [
@@ -31,12 +32,7 @@ CONTRACT_COLUMNS = [
     "start_epoch", "node", "status", "selected",
 ]
 METHOD = "mi_backprop"  # the method of a trial whose config names none
-POINT_KEY = "point"  # sweeps/core.py puts each trial's grid point under this config key
 EXPERIMENT_FILE = "experiment.json"
-
-
-class SweepError(Exception):
-    """A sweep cannot start or finish; the message is one line for the user."""
 
 
 def fail(message: str) -> None:
@@ -271,7 +267,7 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     (lambda_search.py); grids leave them at None/1."""
     from ray import tune
 
-    from sweeps import tracking
+    from sweeps import trackers
 
     # Tune warns on every forced snapshot when num_to_keep is set; the checkpoints are small.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -306,7 +302,7 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
                 failure_config=tune.FailureConfig(max_failures=2),
                 verbose=0,
                 callbacks=[progress_callback(param_keys, n_trials),
-                           *tracking.callbacks(args, param_keys)],
+                           *trackers.callbacks(args, param_keys)],
             ),
         )
     with StopSignals() as stop:
@@ -370,12 +366,6 @@ class StopSignals:
               f"saved in {args.out}. Continue with: python {command}", file=sys.stderr,
               flush=True)
         raise SystemExit(128 + int(self.received))
-
-
-def flat_config(config: dict) -> dict:
-    """A trial's config with its grid point's keys at the top level."""
-    return {**{k: v for k, v in config.items() if k != POINT_KEY},
-            **(config.get(POINT_KEY) or {})}
 
 
 def _finished(result) -> bool:

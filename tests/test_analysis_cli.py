@@ -88,7 +88,8 @@ def test_cli_success(tmp_path: Path) -> None:
     proc = run_cli(str(tmp_path), "--no-figures")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"wrote {tmp_path / 'table.md'}",
-                                        f"wrote {tmp_path / 'table.parquet'}"]
+                                        f"wrote {tmp_path / 'table.parquet'}",
+                                        f"wrote {tmp_path / 'table.tex'}"]
 
 
 def test_atomic_write_keeps_old_file_when_writer_fails(tmp_path: Path) -> None:

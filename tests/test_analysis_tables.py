@@ -177,7 +177,8 @@ def test_empty_frame_gives_a_table_without_benchmarks() -> None:
 def test_build_all_writes_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     atomic_write_parquet(frame(digits_rows()), tmp_path / "results.parquet")
     written = build_all(tmp_path, figures=False)
-    assert written == [tmp_path / "table.md", tmp_path / "table.parquet"]
+    assert written == [tmp_path / "table.md", tmp_path / "table.parquet",
+                       tmp_path / "table.tex"]
     assert capsys.readouterr().out == ""
     tidy = pd.read_parquet(tmp_path / "table.parquet")
     assert set(tidy["source"]) == {"ours", "published"}
@@ -246,3 +247,37 @@ def test_method_with_no_mi_backprop_rows_still_gets_table_1() -> None:
     tidy, md = tables(rows)
     assert "### Table 1 (test accuracy)\n" in md
     assert cell(tidy, "my_method (ours) (λ=1, as the paper)", "σ=0.030")["n"] == 1
+
+
+def test_table_tex_has_one_booktabs_tabular_per_block_and_a_row_per_table_row(
+        tmp_path: Path) -> None:
+    import re
+    import shutil
+    import subprocess
+
+    atomic_write_parquet(frame(_methods_rows()), tmp_path / "results.parquet")
+    build_all(tmp_path, figures=False)
+    tex = (tmp_path / "table.tex").read_text()
+    tidy = pd.read_parquet(tmp_path / "table.parquet")
+    blocks = tidy.groupby(["benchmark", "block"], sort=False)
+    tabulars = re.findall(r"\\begin\{tabular\}\{l(c*)\}(.*?)\\end\{tabular\}", tex, re.S)
+    assert len(tabulars) == blocks.ngroups == tex.count("\\begin{table}")
+    for (key, cells), (cols, body) in zip(blocks, tabulars, strict=True):
+        assert len(cols) == cells["column"].nunique(), key
+        head, rows = body.split("\\midrule", 1)
+        assert "\\toprule" in head and "\\bottomrule" in rows
+        lines = [ln for ln in rows.splitlines() if ln.endswith("\\\\")]
+        assert len(lines) == cells["row"].nunique(), key  # one line per table row
+        assert all(ln.count(" & ") == len(cols) for ln in lines)
+    # our cell and the published one, as LaTeX
+    assert "ERM ($\\lambda$=0) & 0.600 $\\pm$ 0.100 (n=3) \\\\" in tex
+    assert "\\midrule\nERM ($\\lambda$=0) (published) & 0.664 $\\pm$ 0.007" in tex
+    assert "my\\_method" in tex and "λ" not in tex and "±" not in tex
+    engine = shutil.which("pdflatex")
+    if engine:  # compile it where a LaTeX engine is installed
+        doc = tmp_path / "doc.tex"
+        doc.write_text("\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n"
+                       + tex + "\n\\end{document}\n")
+        proc = subprocess.run([engine, "-interaction=nonstopmode", doc.name], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:]

@@ -1,4 +1,4 @@
-"""Experiment trackers: `--tracker mlflow` logs a sweep to MLflow as it runs.
+"""`--tracker mlflow`: the sweep logged to MLflow as it runs.
 
 One MLflow experiment per sweep (named after OUT), one parent run for the sweep and, nested
 under it, one run per trial: the trial's flat config as params, every metric it reports as a
@@ -14,24 +14,20 @@ OUT/mlflow.json, so `--resume` and the analysis find the same runs.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+from sweeps.common import SweepError, flat_config
+from sweeps.trackers.base import Tracker, metrics_of, tags_of
 
-from sweeps.cli import SweepArgs
-from sweeps.runner import SweepError, flat_config
+if TYPE_CHECKING:
+    import pandas as pd
 
-TRACKERS = ("none", "mlflow")
+    from sweeps.cli import SweepArgs
+
 STATE_FILE = "mlflow.json"
 EXTRA = "pip install 'unbiased-mi[mlflow]' (in a checkout: pip install -e '.[mlflow]')"
-# Tune's own bookkeeping in every result: not metrics of the trial.
-_NOT_METRICS = frozenset({"timestamp", "pid", "done", "training_iteration",
-                          "iterations_since_restore", "time_since_restore", "epoch",
-                          "should_checkpoint", "checkpoint_dir_name", "config"})
-# Grid-point keys that become tags (each benchmark has some of them).
-TAG_KEYS = ("method", "sigma", "train_split", "lam", "K", "seed")
 
 
 def default_uri(out: Path) -> str:
@@ -46,8 +42,6 @@ def _local_store(uri: str) -> bool:
 
 def check_installed(args: SweepArgs) -> None:
     """`--tracker mlflow` without MLflow: one line naming the extra, before Ray starts."""
-    if args.tracker != "mlflow":
-        return
     try:
         import mlflow  # noqa: F401
     except ImportError:
@@ -62,10 +56,10 @@ def _state(out: Path) -> dict | None:
 
 def start(args: SweepArgs, experiment: str) -> None:
     """Create (or on --resume find) the sweep's MLflow experiment and parent run; record them
-    in OUT/mlflow.json. Sets args.tracker to what the sweep was started with on --resume (Tune
-    restores a sweep's loggers as they were first set up)."""
+    in OUT/mlflow.json. Adds mlflow to args.tracker on --resume of a sweep started with it
+    (Tune restores a sweep's loggers as they were first set up)."""
     previous = _state(args.out) if args.resume else None
-    if args.resume and previous is None and args.tracker == "mlflow":
+    if args.resume and previous is None and "mlflow" in args.tracker:
         raise SweepError(f"--tracker mlflow on --resume: the sweep in {args.out} was started "
                          f"without it, and Tune restores a sweep's loggers as first set up; "
                          f"start a new sweep with --tracker mlflow")
@@ -73,14 +67,14 @@ def start(args: SweepArgs, experiment: str) -> None:
         if args.tracking_uri and args.tracking_uri != previous["tracking_uri"]:
             raise SweepError(f"--tracking-uri {args.tracking_uri}: the sweep in {args.out} "
                              f"logs to {previous['tracking_uri']} (OUT/{STATE_FILE})")
-        if args.tracker != "mlflow":
+        if "mlflow" not in args.tracker:
             print(f"resume: logging to MLflow at {previous['tracking_uri']}, as the sweep "
                   f"was started", flush=True)
-        args.tracker = "mlflow"
+            args.tracker = (*args.tracker, "mlflow")
         args.tracking_uri = previous["tracking_uri"]
         check_installed(args)
         return
-    if args.tracker != "mlflow":
+    if "mlflow" not in args.tracker:
         return
     from mlflow.tracking import MlflowClient
 
@@ -113,8 +107,8 @@ def start(args: SweepArgs, experiment: str) -> None:
 
 
 def callbacks(args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-    """The Tune callbacks of the tracker (none without one)."""
-    state = _state(args.out) if args.tracker == "mlflow" else None
+    """The Tune callback that logs every trial (none before start())."""
+    state = _state(args.out)
     if state is None:
         return []
     return [_trial_runs_callback()(state, param_keys)]
@@ -157,7 +151,7 @@ def _trial_runs_callback():
                 if run_id is None:
                     tags = {"mlflow.parentRunId": self.parent_run_id,
                             "trial_id": trial.trial_id, "trial_name": str(trial)}
-                    tags.update({k: str(config[k]) for k in TAG_KEYS if k in config})
+                    tags.update(tags_of(config))
                     name = " ".join(f"{k}={config[k]}" for k in self.param_keys
                                     if k in config)
                     run_id = self.mlflow_util.start_run(run_name=name or str(trial),
@@ -178,9 +172,8 @@ def _trial_runs_callback():
             if epoch <= self._logged.get(run_id, 0):
                 return  # re-reported after a restart from the previous epoch's checkpoint
             now = int(result.get("timestamp", 0) * 1000)
-            metrics = [Metric(key, float(value), now, epoch)
-                       for key, value in result.items()
-                       if key not in _NOT_METRICS and _number(value)]
+            metrics = [Metric(key, value, now, epoch)
+                       for key, value in metrics_of(result).items()]
             self._client().log_batch(run_id, metrics=metrics)
             self._logged[run_id] = epoch
 
@@ -193,17 +186,10 @@ def _trial_runs_callback():
     return TrialRuns
 
 
-def _number(value: object) -> bool:
-    """A finite number: an epoch without a value (mi_eval before its first estimate) has no
-    point in the history rather than a NaN one."""
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(float(value)))
-
-
 def finish(args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
     """After the analysis: each trial run's selected epoch and status as tags, the sweep's
     results, tables and figures as artifacts of the parent run, which ends."""
-    state = _state(args.out) if args.tracker == "mlflow" else None
+    state = _state(args.out)
     if state is None:
         return
     from mlflow.tracking import MlflowClient
@@ -229,15 +215,32 @@ def finish(args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
     client.set_terminated(parent, status="FINISHED")
 
 
-def hints(args: SweepArgs, storage: str) -> list[str]:
-    """The commands that show this sweep: TensorBoard on Tune's event files and, with the
-    tracker, the MLflow UI on its store."""
-    lines = [f"TensorBoard: tensorboard --logdir {shlex.quote(storage)}"]
-    state = _state(args.out) if args.tracker == "mlflow" else None
-    if state is not None:
-        uri = state["tracking_uri"]
-        if _local_store(uri):
-            lines.append(f"MLflow: mlflow ui --backend-store-uri {shlex.quote(uri)}")
-        else:
-            lines.append(f"MLflow: {uri}, experiment {state['experiment']!r}")
-    return lines
+def hints(args: SweepArgs) -> list[str]:
+    """The command that opens the MLflow UI on the sweep's store."""
+    state = _state(args.out)
+    if state is None:
+        return []
+    uri = state["tracking_uri"]
+    if _local_store(uri):
+        return [f"MLflow: mlflow ui --backend-store-uri {shlex.quote(uri)}"]
+    return [f"MLflow: {uri}, experiment {state['experiment']!r}"]
+
+
+class MLflowTracker(Tracker):
+    name = "mlflow"
+    extra = "mlflow"
+
+    def check_installed(self, args: SweepArgs) -> None:
+        check_installed(args)
+
+    def start(self, args: SweepArgs, experiment: str) -> None:
+        start(args, experiment)
+
+    def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
+        return callbacks(args, param_keys)
+
+    def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
+        finish(args, df, written)
+
+    def hints(self, args: SweepArgs) -> list[str]:
+        return hints(args)

@@ -1,0 +1,55 @@
+"""Experiment trackers (`--tracker mlflow,wandb`): one module each, one registry line each.
+
+TensorBoard needs none: Tune writes its event files beside the trials. A tracker is a
+`Tracker` (sweeps/trackers/base.py); adding one is a module with its subclass and a line in
+TRACKERS. The functions below run every tracker the sweep asked for (or was started with).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sweeps.trackers.base import Tracker
+from sweeps.trackers.mlflow_runs import MLflowTracker
+from sweeps.trackers.wandb_runs import WandbTracker
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sweeps.cli import SweepArgs
+
+TRACKERS: dict[str, Tracker] = {"mlflow": MLflowTracker(), "wandb": WandbTracker()}
+
+
+def active(args: SweepArgs) -> list[Tracker]:
+    return [t for t in TRACKERS.values() if t.active(args)]
+
+
+def check_installed(args: SweepArgs) -> None:
+    for tracker in active(args):
+        tracker.check_installed(args)
+
+
+def start(args: SweepArgs, experiment: str) -> None:
+    for tracker in TRACKERS.values():  # each also finds a resumed sweep's own runs
+        tracker.start(args, experiment)
+
+
+def callbacks(args: SweepArgs, param_keys: tuple[str, ...]) -> list:
+    return [cb for tracker in active(args) for cb in tracker.callbacks(args, param_keys)]
+
+
+def finish(args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
+    for tracker in active(args):
+        tracker.finish(args, df, written)
+
+
+def hints(args: SweepArgs, storage: str) -> list[str]:
+    """The commands that show this sweep: TensorBoard on Tune's event files, then each
+    tracker's."""
+    lines = [f"TensorBoard: tensorboard --logdir {shlex.quote(storage)}"]
+    for tracker in active(args):
+        lines += tracker.hints(args)
+    return lines

@@ -1,0 +1,68 @@
+"""What every tracker is: a small class the registry (`sweeps/trackers/__init__.py`) names.
+
+A tracker logs a sweep somewhere else as it runs (Tune callbacks on the driver, so trials
+never talk to it) and, after the analysis, attaches the results, tables and figures. Its
+state in OUT (OUT/<name>.json) lets `--resume` continue the same runs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sweeps.cli import SweepArgs
+
+# Tune's own bookkeeping in every result: not metrics of the trial.
+NOT_METRICS = frozenset({"timestamp", "pid", "done", "training_iteration",
+                         "iterations_since_restore", "time_since_restore", "epoch",
+                         "should_checkpoint", "checkpoint_dir_name", "config"})
+# Grid-point keys that become tags (each benchmark has some of them).
+TAG_KEYS = ("method", "sigma", "train_split", "lam", "K", "seed")
+
+
+def number(value: object) -> bool:
+    """A finite number: an epoch without a value (mi_eval before its first estimate) has no
+    point in a history rather than a NaN one."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(float(value)))
+
+
+def metrics_of(result: dict) -> dict[str, float]:
+    """The trial's own metrics in one Tune result."""
+    return {k: float(v) for k, v in result.items() if k not in NOT_METRICS and number(v)}
+
+
+def tags_of(config: dict) -> dict[str, str]:
+    return {k: str(config[k]) for k in TAG_KEYS if k in config}
+
+
+class Tracker:
+    """One tracker. `name` is its `--tracker` value; `extra` the pip extra that installs it."""
+
+    name: str = ""
+    extra: str = ""
+
+    def active(self, args: SweepArgs) -> bool:
+        return self.name in args.tracker
+
+    def check_installed(self, args: SweepArgs) -> None:
+        """Raise SweepError (one line naming the extra) when asked for but not installed."""
+
+    def start(self, args: SweepArgs, experiment: str) -> None:
+        """Before Ray: create (or on --resume find) the sweep's runs; a sweep started with
+        this tracker adds it to args.tracker on --resume (Tune restores its loggers)."""
+
+    def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
+        """Tune callbacks that log every trial as it reports."""
+        return []
+
+    def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
+        """After the analysis: each trial's selected epoch, the results files attached."""
+
+    def hints(self, args: SweepArgs) -> list[str]:
+        """The driver's last lines: how to look at (or upload) what was logged."""
+        return []

@@ -1,0 +1,116 @@
+"""`--tracker wandb` (issue 30): a real sweep logged offline, its run files read back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("wandb", reason="the wandb extra: pip install -e '.[wandb]'")
+
+from sweeps.trackers.wandb_runs import offline_history, offline_records  # noqa: E402
+from tests.test_tracking import DRIVER, ROOT, TINY, _driver, _stop_after  # noqa: E402
+
+
+def _runs(out: Path) -> dict[str, dict[int, dict[str, float]]]:
+    """Every offline run under OUT/wandb by run id; a run continued by --resume has a file
+    per start, merged here by step as `wandb sync` merges them into one run."""
+    runs: dict[str, dict[int, dict[str, float]]] = {}
+    for path in sorted((out / "wandb").glob("offline-run-*/run-*.wandb")):
+        run_id, history = offline_history(path)
+        merged = runs.setdefault(run_id, {})
+        for step, metrics in history.items():
+            merged.setdefault(step, {}).update(metrics)
+    return runs
+
+
+def _check(runs: dict, df: pd.DataFrame) -> None:
+    """One run per trial (plus the summary run), each trial's test_acc and train_acc
+    histories results.parquet's."""
+    trials = {k: v for k, v in runs.items() if not k.endswith("-summary")}
+    assert set(trials) == set(df["trial_id"])
+    for trial_id, history in trials.items():
+        rows = df[df["trial_id"] == trial_id].sort_values("epoch")
+        for metric in ("test_acc", "train_acc"):
+            logged = {step: m[metric] for step, m in history.items() if metric in m}
+            assert logged == dict(zip(rows["epoch"], rows[metric], strict=True)), metric
+
+
+def test_sweep_logs_one_offline_run_per_trial_and_a_summary(ray_local, tmp_path, monkeypatch,
+                                                          capsys):
+    from sweeps.digits_grid import main
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "wb"
+    rc = main([*TINY, "--lam", "0,1", "--epochs", "2", "--tracker", "wandb", "--out",
+               str(out)])
+    assert rc == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"W&B: offline runs in {out / 'wandb'}; upload: wandb sync ")
+    df = pd.read_parquet(out / "results.parquet")
+    _check(_runs(out), df)
+    files = sorted((out / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 3  # two trials and the summary
+    for path in files:
+        records = list(offline_records(path))
+        (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        assert run.run_group == out.name and run.project == out.name
+        if run.run_id.endswith("-summary"):
+            assert run.job_type == "analysis"
+            (results,) = [r.artifact for r in records
+                          if r.WhichOneof("record_type") == "artifact"
+                          and r.artifact.type == "results"]
+            assert {"results.parquet", "table.md", "table.tex", "table.parquet"} <= {
+                m.path for m in results.manifest.contents}
+        else:
+            row = df[df["trial_id"] == run.run_id].iloc[0]
+            assert f"lam={row['lam']}" in run.tags and "method=mi_backprop" in run.tags
+            config = {i.key for i in run.config.update}
+            assert {"batch_size", "lam", "sigma", "seed", "epochs"} <= config
+
+
+def test_resume_continues_the_same_wandb_runs(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    out = tmp_path / "stopped"
+    args = [*TINY, "--lam", "0,1", "--epochs", "3", "--out", str(out)]
+    os.environ["WANDB_MODE"] = "offline"  # _stop_after's driver inherits this process's env
+    try:
+        _stop_after([*args, "--tracker", "wandb"], "epoch 2/3")
+    finally:
+        del os.environ["WANDB_MODE"]
+    resumed = _driver(*args, "--resume", env=env)  # without --tracker: as it was started
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "resume: logging to W&B project" in resumed.stdout
+    runs = _runs(out)
+    assert len([r for r in runs if not r.endswith("-summary")]) == 2  # the same run ids
+    _check(runs, pd.read_parquet(out / "results.parquet"))
+
+
+def test_without_wandb_the_tracker_flag_is_one_line_before_ray(tmp_path):
+    hide = tmp_path / "no_wandb"
+    hide.mkdir()
+    (hide / "wandb.py").write_text("raise ModuleNotFoundError(\"No module named 'wandb'\")\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(DRIVER), *TINY, "--tracker", "mlflow,wandb",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --tracker wandb needs wandb")
+    assert "[wandb]" in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--wandb-project", "p"], "--wandb-project: only read with --tracker wandb"),
+    (["--tracker", "neptune"], "unknown tracker"),
+])
+def test_tracker_flags_are_checked_before_ray(args, needle, tmp_path):
+    proc = _driver(*args, "--out", str(tmp_path / "o"), timeout=120)
+    assert proc.returncode == 2 and needle in proc.stderr.strip().splitlines()[-1]
