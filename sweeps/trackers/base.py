@@ -7,9 +7,12 @@ state in OUT (OUT/<name>.json) lets `--resume` continue the same runs.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from sweeps.common import SweepError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,6 +51,26 @@ class Tracker:
 
     def active(self, args: SweepArgs) -> bool:
         return self.name in args.tracker
+
+    def state(self, out: Path) -> dict | None:
+        """What start() recorded in OUT/<name>.json, or None."""
+        path = out / f"{self.name}.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def resumed(self, args: SweepArgs, where: str) -> dict | None:
+        """On --resume, the sweep's recorded state, this tracker added to args.tracker when
+        the sweep was started with it (Tune restores a sweep's loggers as first set up);
+        None for a new sweep. `where` names what it logs to, for the message."""
+        previous = self.state(args.out) if args.resume else None
+        if args.resume and previous is None and self.name in args.tracker:
+            raise SweepError(f"--tracker {self.name} on --resume: the sweep in {args.out} "
+                             f"was started without it, and Tune restores a sweep's loggers "
+                             f"as first set up; start a new sweep with --tracker {self.name}")
+        if previous is not None and self.name not in args.tracker:
+            print(f"resume: logging to {where.format(**previous)}, as the sweep was started",
+                  flush=True)
+            args.tracker = (*args.tracker, self.name)
+        return previous
 
     def check_installed(self, args: SweepArgs) -> None:
         """Raise SweepError (one line naming the extra) when asked for but not installed."""

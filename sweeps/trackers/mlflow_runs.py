@@ -58,19 +58,12 @@ def start(args: SweepArgs, experiment: str) -> None:
     """Create (or on --resume find) the sweep's MLflow experiment and parent run; record them
     in OUT/mlflow.json. Adds mlflow to args.tracker on --resume of a sweep started with it
     (Tune restores a sweep's loggers as they were first set up)."""
-    previous = _state(args.out) if args.resume else None
-    if args.resume and previous is None and "mlflow" in args.tracker:
-        raise SweepError(f"--tracker mlflow on --resume: the sweep in {args.out} was started "
-                         f"without it, and Tune restores a sweep's loggers as first set up; "
-                         f"start a new sweep with --tracker mlflow")
+    if args.resume and args.tracking_uri and (_state(args.out) or {}).get(
+            "tracking_uri", args.tracking_uri) != args.tracking_uri:
+        raise SweepError(f"--tracking-uri {args.tracking_uri}: the sweep in {args.out} "
+                         f"logs to {_state(args.out)['tracking_uri']} (OUT/{STATE_FILE})")
+    previous = MLflowTracker().resumed(args, "MLflow at {tracking_uri}")
     if previous is not None:
-        if args.tracking_uri and args.tracking_uri != previous["tracking_uri"]:
-            raise SweepError(f"--tracking-uri {args.tracking_uri}: the sweep in {args.out} "
-                             f"logs to {previous['tracking_uri']} (OUT/{STATE_FILE})")
-        if "mlflow" not in args.tracker:
-            print(f"resume: logging to MLflow at {previous['tracking_uri']}, as the sweep "
-                  f"was started", flush=True)
-            args.tracker = (*args.tracker, "mlflow")
         args.tracking_uri = previous["tracking_uri"]
         check_installed(args)
         return

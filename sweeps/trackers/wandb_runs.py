@@ -69,20 +69,11 @@ class WandbTracker(Tracker):
                              "upload later with `wandb sync`")
 
     def start(self, args: SweepArgs, experiment: str) -> None:
-        previous = _state(args.out) if args.resume else None
-        if args.resume and previous is None and "wandb" in args.tracker:
-            raise SweepError(f"--tracker wandb on --resume: the sweep in {args.out} was "
-                             f"started without it, and Tune restores a sweep's loggers as "
-                             f"first set up; start a new sweep with --tracker wandb")
-        if previous is not None:
-            if args.wandb_project and args.wandb_project != previous["project"]:
-                raise SweepError(f"--wandb-project {args.wandb_project}: the sweep in "
-                                 f"{args.out} logs to project {previous['project']} "
-                                 f"(OUT/{STATE_FILE})")
-            if "wandb" not in args.tracker:
-                print(f"resume: logging to W&B project {previous['project']}, as the sweep "
-                      f"was started", flush=True)
-                args.tracker = (*args.tracker, "wandb")
+        recorded = self.state(args.out) if args.resume else None
+        if recorded and args.wandb_project and args.wandb_project != recorded["project"]:
+            raise SweepError(f"--wandb-project {args.wandb_project}: the sweep in {args.out} "
+                             f"logs to project {recorded['project']} (OUT/{STATE_FILE})")
+        if self.resumed(args, "W&B project {project}") is not None:
             self.check_installed(args)
             return
         if "wandb" not in args.tracker:
