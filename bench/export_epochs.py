@@ -1,0 +1,67 @@
+"""Every finished epoch of a sweep as one CSV, for bench/results/ (committed between sessions).
+
+Reads OUT/results.parquet when the sweep has finished, else the per-epoch results Tune keeps
+for every trial under OUT/tune (a sweep stopped mid-way, to be continued with --resume): no
+finished epoch is left out either way.
+
+    .venv/bin/python bench/export_epochs.py /work/runs/calib_kim_flat \\
+        bench/results/calib_kim_flat/epochs.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+COLUMNS = ["sigma", "lam", "seed", "epoch", "train_acc", "test_acc", "mi", "penalty",
+           "mi_eval", "mi_eval_cond", "mi_floor", "mi_floor_cond", "time_s", "epoch_s",
+           "selected_epoch", "selected_mi_eval", "selected_mi_eval_cond"]
+
+
+def from_tune(out: Path) -> pd.DataFrame:
+    from sweeps.common import flat_config
+
+    rows = []
+    for path in sorted(out.glob("tune/*/*/result.json")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                result = json.loads(line)
+                config = flat_config(result.get("config") or {})
+                rows.append({**{k: config.get(k) for k in ("sigma", "lam", "seed",
+                                                            "palette", "stroke", "lr",
+                                                            "batch_size")}, **result})
+    return pd.DataFrame(rows)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", type=Path, help="the sweep's results directory")
+    p.add_argument("dest", type=Path, help="CSV to write")
+    a = p.parse_args()
+    parquet = a.out / "results.parquet"
+    df = pd.read_parquet(parquet) if parquet.is_file() else from_tune(a.out)
+    if df.empty:
+        print(f"error: no epochs under {a.out}", file=sys.stderr)
+        return 2
+    # A trial restarted from a checkpoint reports its re-run epoch again: keep the last.
+    df = df.drop_duplicates(["sigma", "lam", "seed", "epoch"], keep="last")
+    cols = [c for c in COLUMNS if c in df.columns]
+    df = df.sort_values(["sigma", "lam", "seed", "epoch"])[cols]
+    from analysis.io import atomic_write_text
+
+    a.dest.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(a.dest, df.to_csv(index=False))
+    print(f"wrote {a.dest}: {len(df)} epochs of {df.groupby(['sigma', 'lam', 'seed']).ngroups} "
+          f"trials")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
