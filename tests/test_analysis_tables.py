@@ -272,7 +272,7 @@ def test_table_tex_has_one_booktabs_tabular_per_block_and_a_row_per_table_row(
     # our cell and the published one, as LaTeX
     assert "ERM ($\\lambda$=0) & 0.600 $\\pm$ 0.100 (n=3) \\\\" in tex
     assert "\\midrule\nERM ($\\lambda$=0) (published) & 0.664 $\\pm$ 0.007" in tex
-    assert "my\\_method" in tex and "λ" not in tex and "±" not in tex
+    assert "my\\_method" in tex and tex.isascii()  # pdflatex reads no Greek
     engine = shutil.which("pdflatex")
     if engine:  # compile it where a LaTeX engine is installed
         doc = tmp_path / "doc.tex"
