@@ -50,7 +50,10 @@ def bias_strength(args: SweepArgs, digits: GreyDigits) -> tuple[dict, list[str]]
     classifies (`colored_mnist.bias_strength`), for OUT/experiment.json and table.md."""
     from unbiased.benchmarks.colored_mnist import bias_strength as strength
 
-    palette, stroke = str(args["palette"]), str(args["stroke"])
+    # A sweep recorded before palettes and strokes were settings (a re-run of it) had the
+    # build's defaults.
+    palette = str(args.values.get("palette", "separated"))
+    stroke = str(args.values.get("stroke", "scaled"))
     rows = [{"sigma": float(sigma), "seed": int(seed), "palette": palette, "stroke": stroke,
              "colour_only_acc": round(strength(digits, float(sigma), int(seed), palette,
                                                stroke), 4)}
