@@ -120,21 +120,37 @@ def _stop_after(args: list[str], needle: str, deadline_s: float = 300) -> str:
     return "".join(seen)
 
 
-def test_resume_continues_the_same_mlflow_runs(tmp_path):
+def test_resume_continues_the_same_mlflow_and_wandb_runs(tmp_path, monkeypatch):
+    """One stop and resume for both trackers (W&B offline; tests/test_wandb.py reads its
+    run files); without the wandb extra, MLflow's alone."""
+    try:
+        import wandb  # noqa: F401
+        trackers = "mlflow,wandb"
+    except ImportError:
+        trackers = "mlflow"
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the drivers below inherit it
+    monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "stopped"
     args = [*TINY, "--lam", "0,1", "--epochs", "3", "--out", str(out)]
-    _stop_after([*args, "--tracker", "mlflow"], "epoch 2/3")
-    # without --tracker: the sweep logs where it was started (OUT/mlflow.json)
+    _stop_after([*args, "--tracker", trackers], "epoch 2/3")
+    # without --tracker: the sweep logs where it was started (OUT/mlflow.json, wandb.json)
     resumed = _driver(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert "resume: logging to MLflow" in resumed.stdout
+    if "wandb" in trackers:
+        from tests.test_wandb import check_runs, runs_of
+
+        assert "resume: logging to W&B project" in resumed.stdout
+        runs = runs_of(out)
+        assert len([r for r in runs if not r.endswith("-summary")]) == 2  # the same ids
+        check_runs(runs, pd.read_parquet(out / "results.parquet"))
     df = pd.read_parquet(out / "results.parquet")
     client = MlflowClient(tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}")
     _, trials = _trial_runs(client, out)
     assert len(trials) == 2  # the runs of the first start, continued: no duplicates
     _check_histories(client, trials, df, timings=False)
-    assert resumed.stdout.strip().splitlines()[-1].startswith("MLflow: mlflow ui "
-                                                              "--backend-store-uri sqlite:///")
+    assert resumed.stdout.strip().splitlines()[-1 - (trackers != "mlflow")].startswith(
+        "MLflow: mlflow ui --backend-store-uri sqlite:///")
 
 
 def _free_port() -> int:
