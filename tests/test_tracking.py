@@ -202,18 +202,24 @@ def test_sweep_logs_to_a_real_mlflow_server_over_http(tmp_path):
             server.wait(timeout=30)
 
 
-def test_without_mlflow_the_tracker_flag_is_one_line_before_ray(tmp_path):
-    hide = tmp_path / "no_mlflow"
+@pytest.mark.parametrize("module, trackers, message", [
+    ("mlflow", "mlflow", "error: --tracker mlflow needs MLflow"),
+    ("wandb", "mlflow,wandb", "error: --tracker wandb needs wandb"),
+])
+def test_without_the_extra_the_tracker_flag_is_one_line_before_ray(module, trackers, message,
+                                                                    tmp_path):
+    hide = tmp_path / f"no_{module}"
     hide.mkdir()
-    # An import of mlflow that fails as it does where the extra is not installed.
-    (hide / "mlflow.py").write_text("raise ModuleNotFoundError(\"No module named 'mlflow'\")\n")
+    # An import that fails as it does where the extra is not installed.
+    (hide / f"{module}.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{module}'\")\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
     out = tmp_path / "out"
-    proc = _driver(*TINY, "--tracker", "mlflow", "--out", str(out), env=env, timeout=120)
+    proc = _driver(*TINY, "--tracker", trackers, "--out", str(out), env=env, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --tracker mlflow needs MLflow")
-    assert "[mlflow]" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith(message)
+    assert f"[{module}]" in lines[0]
     assert not out.exists()
 
 

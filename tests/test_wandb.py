@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +10,7 @@ import pytest
 pytest.importorskip("wandb", reason="the wandb extra: pip install -e '.[wandb]'")
 
 from sweeps.trackers.wandb_runs import offline_history, offline_records  # noqa: E402
-from tests.test_tracking import DRIVER, ROOT, TINY, _driver  # noqa: E402
+from tests.test_tracking import TINY, _driver  # noqa: E402
 
 
 def runs_of(out: Path) -> dict[str, dict[int, dict[str, float]]]:
@@ -72,22 +69,6 @@ def test_sweep_logs_one_offline_run_per_trial_and_a_summary(ray_local, tmp_path,
             assert f"lam={row['lam']}" in run.tags and "method=mi_backprop" in run.tags
             config = {i.key for i in run.config.update}
             assert {"batch_size", "lam", "sigma", "seed", "epochs"} <= config
-
-
-def test_without_wandb_the_tracker_flag_is_one_line_before_ray(tmp_path):
-    hide = tmp_path / "no_wandb"
-    hide.mkdir()
-    (hide / "wandb.py").write_text("raise ModuleNotFoundError(\"No module named 'wandb'\")\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(DRIVER), *TINY, "--tracker", "mlflow,wandb",
-                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=120)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --tracker wandb needs wandb")
-    assert "[wandb]" in lines[0]
-    assert not out.exists()
 
 
 @pytest.mark.parametrize("args, needle", [
