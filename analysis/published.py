@@ -60,7 +60,8 @@ IMDB: list[PublishedRow] = [
 # competitors are "Kim et al." and "Alvi et al." (their own code and settings, not ours).
 METHOD_LABELS: dict[str, str] = {
     "mi_backprop": "Ours",
-    "grad_reversal": "Grad. reversal, as Kim et al. (ours)",
+    "lntl": "Kim et al. (ours)",
+    "grad_reversal": "Grad. reversal (ours)",
     "confusion": "Confusion loss, as Alvi et al. (ours)",
     "hsic": "HSIC penalty (ours)",
 }

@@ -154,7 +154,7 @@ _OVERRIDES = {
     "mine_ema_rate": "mine_ema_rate", "mine_hidden": "mine_hidden",
     "mine_standardize": "mine_standardize", "mi_guard": "mi_guard",
     "mine_hidden_layers": "mine_hidden_layers", "head_hidden": "head_hidden",
-    "head_lr": "head_lr", "hsic_bandwidth": "hsic_bandwidth",
+    "head_lr": "head_lr", "hsic_bandwidth": "hsic_bandwidth", "mu": "mu",
     "eval_batch_size": "eval_batch_size", "train_eval_rows": "train_eval_rows",
     "rescale_mi_grad": "rescale_mi_grad", "select_epoch": "select_epoch",
     "z_relu": "z_relu", "width": "width", "palette": "palette", "stroke": "stroke",
@@ -171,9 +171,11 @@ _SIZE_FLAGS = (
     ("--mine-hidden", POS_INT, "hidden units per layer of the statistics network T"),
     ("--mine-hidden-layers", POS_INT, "hidden layers of the statistics network T"),
     ("--head-hidden", NONNEG_INT,
-     "grad_reversal, confusion: hidden units of the bias head (0 = linear)"),
+     "grad_reversal, confusion, lntl: hidden units of the bias head (0 = linear)"),
     ("--head-lr", POS_FLOAT,
-     "grad_reversal, confusion: Adam learning rate of the bias head (default: --lr)"),
+     "grad_reversal, confusion, lntl: Adam learning rate of the bias head (default: --lr)"),
+    ("--mu", NONNEG_FLOAT,
+     "lntl: scale of the bias heads' gradient reversed into g (Kim et al.'s 0.1)"),
     ("--hsic-bandwidth", POS_FLOAT,
      "hsic: Gaussian kernel width on z (default: the batch's median pairwise distance)"),
     ("--eval-batch-size", POS_INT, "rows per forward pass when evaluating a whole split"),
@@ -201,9 +203,10 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--preset", choices=sorted(presets), default="quick",
                    help="defaults for every value below")
     p.add_argument("--method", type=METHOD_LIST,
-                   help="methods, comma-separated: mi_backprop (the paper's), grad_reversal, "
-                        "confusion, hsic (unbiased/methods/); lam = 0 is plain ERM for each, "
-                        "so it runs once, under the first method")
+                   help="methods, comma-separated: mi_backprop (the paper's), lntl (Kim et al.), "
+                        "confusion (Alvi et al.), grad_reversal, hsic (unbiased/methods/); "
+                        "lam = 0 is plain ERM for each, so it runs once, under the first "
+                        "method")
     if uses_sigma:
         p.add_argument("--sigma", type=SIGMA_LIST,
                        help="colour variances, comma-separated (paper: 0.02..0.05)")

@@ -223,7 +223,7 @@ def _methods_rows() -> list[dict]:
 def test_every_method_gets_rows_beside_the_published_ones_sharing_erm() -> None:
     tidy, md = tables(_methods_rows())
     block = "Table 1 (test accuracy), K=80"
-    gr = "Grad. reversal, as Kim et al. (ours)"
+    gr = "Grad. reversal (ours)"
     paper = cell(tidy, f"{gr} (λ=1, as the paper)", "σ=0.030", block)
     assert paper["mean"] == pytest.approx(0.66) and paper["source"] == "ours"
     low = cell(tidy, f"{gr}, lowest-MI (label-free)", "σ=0.030", block)

@@ -88,7 +88,7 @@ def test_lam_zero_is_the_same_erm_under_every_method_and_K(grey_digits):
              "mi_backprop K=3 bank pool": ("mi_backprop", {"K": 3, "inner_z": "bank",
                                                            "bank_size": 64}),
              "hsic": ("hsic", {}), "grad_reversal": ("grad_reversal", {}),
-             "confusion": ("confusion", {})}
+             "confusion": ("confusion", {}), "lntl mu=0.5": ("lntl", {"mu": 0.5})}
     runs = {}
     for name, host in hosts.items():
         if host is None:
@@ -167,6 +167,34 @@ def test_gradient_reversal_sends_minus_lam_times_the_head_gradient():
     z = torch.randn(5, 3, requires_grad=True)
     (reverse_gradient(z, 0.7) * torch.arange(3.0)).sum().backward()
     assert torch.allclose(z.grad, -0.7 * torch.arange(3.0).expand(5, 3))
+
+
+def test_lntl_entropy_term_is_lowest_for_a_uniform_head():
+    from unbiased.methods.lntl import negative_entropy
+
+    uniform = [torch.zeros(4, 8), torch.zeros(4, 8)]
+    peaked = [torch.tensor([[5.0] + [0.0] * 7] * 4)] * 2
+    assert torch.isclose(negative_entropy(uniform), -torch.log(torch.tensor(8.0)))
+    assert float(negative_entropy(peaked)) > float(negative_entropy(uniform)) + 1
+
+
+def test_lntl_heads_are_one_per_colour_channel_and_each_weight_moves_g(grey_digits):
+    # The entropy term (lam) and the reversed head loss (mu) each change g's training; the
+    # heads read c as three 8-way targets (Kim et al.'s per-channel predictors).
+    torch.set_num_threads(1)
+    bench = _tiny_bench(grey_digits)
+    runs = {}
+    for lam, mu in ((1.0, 0.0), (1.0, 0.5), (1e-9, 0.5)):
+        algo = make_method("lntl", bench, {**VALUES, "lam": lam, "mu": mu}, seed=4)
+        stats = algo.run_epoch()
+        runs[(lam, mu)] = _weights(algo)
+    assert [h.classes for h in algo.heads] == [(8,)] * 3
+    assert -torch.log(torch.tensor(8.0)) <= stats.penalty < 0
+    a, b, c = runs.values()
+    assert any(not torch.equal(x, y) for x, y in zip(a, b, strict=True))  # mu matters
+    assert any(not torch.equal(x, y) for x, y in zip(b, c, strict=True))  # lam matters
+    with pytest.raises(ValueError, match="mu must be >= 0"):
+        method_config("lntl", {"mu": -0.1})
 
 
 def test_unknown_method_and_bad_settings_are_named():

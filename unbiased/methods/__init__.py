@@ -17,6 +17,7 @@ from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.methods.confusion import Confusion
 from unbiased.methods.grad_reversal import BiasHeadConfig, GradReversal
 from unbiased.methods.hsic import HSIC, HSICConfig
+from unbiased.methods.lntl import LNTL, LNTLConfig
 from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
 
 METHODS: dict[str, type[ERM]] = {
@@ -24,12 +25,14 @@ METHODS: dict[str, type[ERM]] = {
     "grad_reversal": GradReversal,
     "confusion": Confusion,
     "hsic": HSIC,
+    "lntl": LNTL,
 }
 DEFAULT_METHOD = "mi_backprop"
 
 __all__ = ["METHODS", "DEFAULT_METHOD", "ERM", "EpochStats", "TrainConfig", "MIBackprop",
            "MIBackpropConfig", "GradReversal", "BiasHeadConfig", "Confusion", "HSIC",
-           "HSICConfig", "method_class", "method_config", "make_method", "config_keys"]
+           "HSICConfig", "LNTL", "LNTLConfig", "method_class", "method_config", "make_method",
+           "config_keys"]
 
 
 def method_class(name: str) -> type[ERM]:
