@@ -129,6 +129,7 @@ class SweepArgs:
     storage_path: str | None = None
     resume: bool = False
     overwrite: bool = False
+    dry_run: bool = False  # print the trials and settings, start nothing
     tracker: tuple[str, ...] = ()  # sweeps/trackers: the trackers asked for (or resumed)
     tracking_uri: str | None = None
     wandb_project: str | None = None
@@ -308,6 +309,9 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--out", type=Path, help="results directory (results.parquet, tables, "
                                             "figures); default: results/<sweep>_<preset>")
     tracker_flags(p)
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every trial's grid point and the settings they share, then "
+                        "exit: no data loaded, no Ray started, nothing written")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",
                        help="continue an interrupted sweep in OUT")
@@ -406,7 +410,7 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
                      address=ns.address, storage_path=storage, resume=ns.resume,
-                     overwrite=ns.overwrite, tracker=ns.tracker,
+                     overwrite=ns.overwrite, dry_run=ns.dry_run, tracker=ns.tracker,
                      wandb_project=ns.wandb_project,
                      tracking_uri=ns.tracking_uri, explicit=frozenset(explicit))
 

@@ -182,6 +182,9 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     try:
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
+        if args.dry_run:
+            dry_run(spec, args, points)
+            return 0
         runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
@@ -214,6 +217,17 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     for line in trackers.hints(args, runner.storage_dir(args)):
         print(line)
     return 0 if runner.all_ok(df) else 1
+
+
+def dry_run(spec: GridSpec, args: SweepArgs, points: list[dict]) -> None:
+    """What the sweep would run: one line per trial, then the settings every trial shares."""
+    print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials, "
+          f"{args['epochs']} epochs each -> {args.out} (dry run: nothing started)")
+    keys = [k for k in spec.param_keys() if any(p.get(k) is not None for p in points)]
+    rows = [{k: "-" if p.get(k) is None else p[k] for k in keys} for p in points]
+    print(pd.DataFrame(rows, dtype=object).to_string(index=False))
+    fixed = spec.fixed_values(args.values)
+    print("shared: " + ", ".join(f"{k}={fixed[k]}" for k in sorted(fixed)))
 
 
 def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:

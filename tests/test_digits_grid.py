@@ -65,6 +65,22 @@ def test_existing_results_are_not_overwritten_without_a_flag(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["experiment.json"]
 
 
+def test_dry_run_lists_every_trial_and_starts_nothing(tmp_path):
+    out = tmp_path / "out"
+    proc = _run("--preset", "cpu", "--method", "mi_backprop,lntl", "--sigma", "0.02,0.03",
+                "--mu", "0.2", "--dry-run", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert "6 trials" in lines[0] and "dry run" in lines[0]
+    trials = [line.split() for line in lines[2:-1]]
+    # per sigma: ERM once (under the first method), mi_backprop and lntl at lam 1
+    assert sorted((t[0], t[1], t[2]) for t in trials) == sorted(
+        (m, s, lam) for s in ("0.02", "0.03")
+        for m, lam in (("mi_backprop", "0.0"), ("mi_backprop", "1.0"), ("lntl", "1.0")))
+    assert lines[-1].startswith("shared: ") and "mu=0.2" in lines[-1]
+    assert not out.exists() and "ray" not in proc.stderr.lower()
+
+
 def test_lam_zero_runs_once_per_data_point_and_seed():
     from sweeps.digits_grid import SPEC
 
