@@ -67,11 +67,14 @@ def to_latex(tidy: pd.DataFrame) -> str:
         text = wide.style.to_latex(
             caption=latex_text(caption), label=label, hrules=True, position="t",
             column_format="l" + "c" * len(wide.columns), environment="table")
+        # a rule below each published row that has rows of ours after it (the tables put
+        # our rows of a method right above its published row)
         published = (cells["source"] == "published").groupby(cells["row"], sort=False).all()
-        first = next((latex_text(r) for r, pub in published.items() if pub), None)
-        if first is not None and not published.all():
-            # a rule between our rows and the published ones, as the paper separates rows
-            text = text.replace(f"\n{first} &", f"\n\\midrule\n{first} &", 1)
+        rows = list(published.index)
+        for row, after in zip(rows, rows[1:], strict=False):
+            if published[row] and not published[after]:
+                text = text.replace(f"\n{latex_text(after)} &", f"\n\\midrule\n"
+                                    f"{latex_text(after)} &", 1)
         parts.append(text)
     return "\n".join(parts)
 

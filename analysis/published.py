@@ -61,10 +61,26 @@ IMDB: list[PublishedRow] = [
 METHOD_LABELS: dict[str, str] = {
     "mi_backprop": "Ours",
     "lntl": "Kim et al. (ours)",
+    "confusion": "Alvi et al. (ours)",
     "grad_reversal": "Grad. reversal (ours)",
-    "confusion": "Confusion loss, as Alvi et al. (ours)",
     "hsic": "HSIC penalty (ours)",
 }
+
+
+# The method of ours that each published competitor row is (their method, our code and
+# settings): our rows of it go right above the published row.
+PUBLISHED_METHOD: dict[str, str] = {"Alvi et al.": "confusion", "Kim et al.": "lntl"}
+
+
+def partner_label(published_row: str) -> str:
+    """The label our rows of the same method start with, for a published row's name (without
+    " (published)"): the competitor's method label, "Ours" for the paper's own rows, else the
+    name itself (ERM, SVM, NN)."""
+    if published_row in PUBLISHED_METHOD:
+        return method_label(PUBLISHED_METHOD[published_row])
+    if published_row.startswith("Ours"):
+        return METHOD_LABELS["mi_backprop"]
+    return published_row.split(" (")[0]
 
 
 def method_label(method: str) -> str:

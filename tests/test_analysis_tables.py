@@ -232,6 +232,15 @@ def test_every_method_gets_rows_beside_the_published_ones_sharing_erm() -> None:
     oracle = cell(tidy, f"{gr}, oracle (peeks at test labels)", "σ=0.030", block)
     assert oracle["lam"] == 3.0
     assert cell(tidy, "Kim et al. (published)", "σ=0.030", block)["source"] == "published"
+    # each published row right below our rows of the same method; unpaired methods last
+    rows = list(dict.fromkeys(tidy[tidy["block"] == block]["row"]))
+    assert rows[:2] == ["ERM (λ=0)", "ERM (λ=0) (published)"]
+    assert rows.index("Ours (λ=1) (published)") == rows.index("Ours, oracle (peeks at test "
+                                                               "labels)") + 1
+    assert rows.index("Kim et al. (published)") < rows.index("Ours (λ=1, as the paper)")
+    tail = rows[rows.index("Ours (λ=1) (published)") + 1:]
+    assert [r.split(" (")[0] for r in tail] == ["Grad. reversal"] * (len(tail) // 2) + [
+        "my_method"] * (len(tail) // 2)
     # a method the analysis does not know still gets its rows, labelled as ours
     unknown = cell(tidy, "my_method (ours) (λ=1, as the paper)", "σ=0.030", block)
     assert unknown["mean"] == pytest.approx(0.61)
@@ -270,8 +279,10 @@ def test_table_tex_has_one_booktabs_tabular_per_block_and_a_row_per_table_row(
         assert len(lines) == cells["row"].nunique(), key  # one line per table row
         assert all(ln.count(" & ") == len(cols) for ln in lines)
     # our cell and the published one, as LaTeX
-    assert "ERM ($\\lambda$=0) & 0.600 $\\pm$ 0.100 (n=3) \\\\" in tex
-    assert "\\midrule\nERM ($\\lambda$=0) (published) & 0.664 $\\pm$ 0.007" in tex
+    assert ("\nERM ($\\lambda$=0) & 0.600 $\\pm$ 0.100 (n=3) \\\\\n"
+            "ERM ($\\lambda$=0) (published) & 0.664 $\\pm$ 0.007 \\\\\n") in tex
+    # a rule below a published row that has rows of ours after it
+    assert "Kim et al. (published) & 0.911 \\\\\n\\midrule\nOurs ($\\lambda$=1, as" in tex
     assert "my\\_method" in tex and tex.isascii()  # pdflatex reads no Greek
     engine = shutil.which("pdflatex")
     if engine:  # compile it where a LaTeX engine is installed
