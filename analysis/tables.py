@@ -207,13 +207,20 @@ def method_group(frame: pd.DataFrame, method: str) -> pd.DataFrame:
 def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
                   methods: Sequence[str], rules: Sequence[SelectionRule], metric: str,
                   paper_lam: float) -> list[Cell]:
-    """Per method: a row at the paper's lambda and a row per selection rule."""
+    """Per method: a row at its one lambda (a grid that gave it its own, --lam-of) or, when
+    it ran several, at the paper's lambda; then a row per selection rule."""
     cells: list[Cell] = []
     for method in methods:
         group = method_group(frame, method)
         label = published.method_label(method)
-        cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(paper_lam)}, as the "
-                                 f"paper)", column, group, paper_lam, metric))
+        own = frame[frame["method"] == method]["lam"].astype(float)
+        lams = sorted({float(v) for v in own if v > LAM_ATOL})
+        if len(lams) == 1:
+            cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(lams[0])})", column,
+                                     group, lams[0], metric))
+        else:
+            cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(paper_lam)}, as "
+                                     f"the paper)", column, group, paper_lam, metric))
         cells += [_rule_cell(bench, block, column, group, rule, metric, label=label)
                   for rule in rules]
     return cells

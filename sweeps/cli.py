@@ -78,6 +78,17 @@ def _known_method(name: str) -> str | None:
 
 METHOD_LIST = _list_of(str, _known_method)
 LAM_LIST = _list_of(float, _nonneg)
+
+
+def method_lams(text: str) -> tuple[str, list[float]]:
+    """METHOD=L1,L2 (--lam-of): the lambdas of one method."""
+    name, sep, lams = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected METHOD=LAM[,LAM...], got {text!r}")
+    problem = _known_method(name.strip())
+    if problem:
+        raise argparse.ArgumentTypeError(f"{name.strip()}: {problem}")
+    return name.strip(), LAM_LIST(lams)
 K_LIST = _list_of(int, _at_least_one)
 SIGMA_LIST = _list_of(float, _unit_open)
 SEED_LIST = _list_of(int, lambda v: None if v >= 0 else "must be >= 0")
@@ -220,7 +231,11 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                                                 "search picks from, comma-separated")
     else:
         p.add_argument("--lam", type=LAM_LIST,
-                       help="lambda values (MI penalty), comma-separated")
+                       help="lambda values (each method's penalty weight), comma-separated; "
+                            "0 = plain ERM, run once")
+        p.add_argument("--lam-of", type=method_lams, action="append", metavar="METHOD=LAMS",
+                       help="this method's lambdas instead of --lam's non-zero ones, "
+                            "e.g. lntl=0.01,0.1; repeat per method (default: from --preset)")
         p.add_argument("--K", type=K_LIST, help="MINE steps per model step, comma-separated")
     p.add_argument("--seeds", type=SEED_LIST, help="seeds, comma-separated")
     if imdb:
@@ -396,6 +411,15 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
         values["mine_ema_rate"] = None  # 0 on the command line: the plain DV gradient
     if isinstance(values.get("K"), int):
         values["K"] = [values["K"]]
+    lam_of = getattr(ns, "lam_of", None)
+    if lam_of:
+        methods = values.get("method") or ["mi_backprop"]
+        stray = [name for name, _ in lam_of if name not in methods]
+        if stray:
+            parser.error(f"argument --lam-of: {', '.join(stray)} is not in this sweep's "
+                         f"--method ({', '.join(methods)})")
+        values["method_lam"] = {**dict(values.get("method_lam") or {}), **dict(lam_of)}
+        explicit.add("method_lam")
     gpus = float(values.get("gpus_per_trial", 0))
     if gpus > 1 and gpus != int(gpus):
         parser.error(f"argument --gpus-per-trial: {gpus} must be <= 1 or a whole number")

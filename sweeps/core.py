@@ -28,7 +28,7 @@ from sweeps.common import POINT_KEY, SweepError
 RUN_KEYS = ("epochs", "device", "mi_eval_steps", "select_epoch")
 # Values the driver uses itself; they never reach a trial as such.
 DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
-                         "scheduler", "samples", "lam_range", "weights"})
+                         "scheduler", "samples", "lam_range", "weights", "method_lam"})
 
 
 def method_keys() -> tuple[str, ...]:
@@ -111,13 +111,18 @@ class GridSpec:
 
     def points(self, values: dict) -> list[dict]:
         """Every trial's grid point: data axes x method x lam x K (methods that have it)
-        x seed; lam = 0 once per data point and seed (the first method and K)."""
+        x seed; lam = 0 once per data point and seed (the first method and K). A method in
+        `method_lam` (--lam-of) runs its own non-zero lambdas instead of `lam`'s."""
         methods = list(values.get("method") or ["mi_backprop"])
         axes = [[(key, v) for v in values[key]] for key in self.data_axes]
+        own = values.get("method_lam") or {}
+        erm = [0.0] if any(lam == 0 for lam in values["lam"]) else []
+        lams = {m: erm + [v for v in own[m] if v != 0] if m in own else list(values["lam"])
+                for m in methods}
         out = []
         for data in itertools.product(*axes):
             for i, method in enumerate(methods):
-                for lam in values["lam"]:
+                for lam in lams[method]:
                     if lam == 0 and i > 0:
                         continue  # the same ERM model as the first method's lam = 0
                     Ks = values["K"] if has_key(method, "K") else [None]

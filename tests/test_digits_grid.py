@@ -93,6 +93,28 @@ def test_lam_zero_runs_once_per_data_point_and_seed():
     assert len(points) == len(zero) + 2 * 2 * (3 + 1)  # lam 1: mi_backprop per K, hsic
 
 
+def test_each_method_can_have_its_own_lambdas():
+    from sweeps.digits_grid import SPEC
+
+    values = {"sigma": [0.03], "method": ["mi_backprop", "lntl", "hsic"], "lam": [0.0, 1.0],
+              "K": [80], "seeds": [0], "method_lam": {"lntl": [0.0, 0.01, 0.1]}}
+    got = [(p["method"], p["lam"]) for p in SPEC.points(values)]
+    # lam 0 (ERM) still once, from --lam; lntl's own list replaces lam 1; hsic keeps --lam's
+    assert got == [("mi_backprop", 0.0), ("mi_backprop", 1.0), ("lntl", 0.01),
+                   ("lntl", 0.1), ("hsic", 1.0)]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--lam-of", "lntl"], "expected METHOD=LAM"),
+    (["--lam-of", "lntl=0.1"], "lntl is not in this sweep's --method (mi_backprop)"),
+    (["--method", "lntl", "--lam-of", "lntl=-1"], "--lam-of"),
+    (["--method", "lntl", "--lam-of", "ntl=1"], "unknown method"),
+])
+def test_bad_lam_of_is_one_error_line(args, needle, tmp_path):
+    proc = _run(*args, "--out", str(tmp_path / "out"), "--dry-run")
+    assert proc.returncode == 2 and needle in proc.stderr.strip().splitlines()[-1]
+
+
 def test_help_explains_presets():
     proc = _run("--help")
     assert proc.returncode == 0
