@@ -169,6 +169,25 @@ def test_gradient_reversal_sends_minus_lam_times_the_head_gradient():
     assert torch.allclose(z.grad, -0.7 * torch.arange(3.0).expand(5, 3))
 
 
+def test_mi_lr_sets_the_separate_mi_step_and_defaults_to_lr_times_lam(grey_digits):
+    torch.set_num_threads(1)
+    bench = _tiny_bench(grey_digits)
+    base = {**VALUES, "K": 2, "theta_update": "separate", "lam": 0.5}
+    runs = {}
+    for name, extra in (("default", {}), ("same", {"mi_lr": base["lr"] * 0.5}),
+                        ("slower", {"mi_lr": base["lr"] * 0.05})):
+        algo = make_method("mi_backprop", bench, {**base, **extra}, seed=2)
+        runs[name] = algo
+        algo.run_epoch()
+    assert runs["default"].mi_opt.param_groups[0]["lr"] == pytest.approx(base["lr"] * 0.5)
+    assert runs["slower"].mi_opt.param_groups[0]["lr"] == pytest.approx(base["lr"] * 0.05)
+    default, same, slower = (_weights(a) for a in runs.values())
+    assert all(torch.equal(a, b) for a, b in zip(default, same, strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(default, slower, strict=True))
+    with pytest.raises(ValueError, match="mi_lr must be > 0"):
+        method_config("mi_backprop", {"mi_lr": 0.0})
+
+
 def test_lntl_entropy_term_is_lowest_for_a_uniform_head():
     from unbiased.methods.lntl import negative_entropy
 

@@ -57,6 +57,10 @@ class MIBackpropConfig(TrainConfig):
     # part can never outgrow the task gradient, which shrinks as the task is fitted, and on
     # full MNIST the penalty then fades (docs/MEASURED.md).
     theta_update: str = "separate"
+    # "separate" only: the learning rate of theta's MI Adam. None = lr * lam (the authors'),
+    # so the MI step speeds up with the task's lr; a value decouples the two (a fast task
+    # schedule with a gentle penalty).
+    mi_lr: float | None = None
     # MINE's bias-corrected gradient (moving average of E[exp T]); None = plain DV gradient.
     mine_ema_rate: float | None = None
     mine_hidden: int = 64
@@ -85,6 +89,8 @@ class MIBackpropConfig(TrainConfig):
             problems.append(f"bank_size must be >= 2 or None, got {self.bank_size}")
         if self.inner_z not in INNER_Z_MODES:
             problems.append(f"inner_z must be one of {INNER_Z_MODES}, got {self.inner_z!r}")
+        if self.mi_lr is not None and not self.mi_lr > 0:
+            problems.append(f"mi_lr must be > 0 or None, got {self.mi_lr}")
         if self.theta_update not in THETA_UPDATES:
             problems.append(f"theta_update must be one of {THETA_UPDATES}, "
                             f"got {self.theta_update!r}")
@@ -115,8 +121,8 @@ class MIBackprop(ERM):
         # "separate": theta's MI gradient gets an Adam of its own (lr * lam), as the authors'.
         self.mi_opt: torch.optim.Optimizer | None = None
         if cfg.theta_update == "separate" and cfg.lam > 0:
-            self.mi_opt = torch.optim.Adam(self.g.parameters(), lr=cfg.lr * cfg.lam,
-                                           fused=self.fused)
+            mi_lr = cfg.mi_lr if cfg.mi_lr is not None else cfg.lr * cfg.lam
+            self.mi_opt = torch.optim.Adam(self.g.parameters(), lr=mi_lr, fused=self.fused)
         if cfg.mine_optimizer == "adam":
             self.mine_opt: torch.optim.Optimizer = torch.optim.Adam(
                 self.mine.parameters(), lr=cfg.mine_lr, fused=self.fused)
