@@ -104,6 +104,17 @@ def test_each_method_can_have_its_own_lambdas():
                    ("lntl", 0.1), ("hsic", 1.0)]
 
 
+def test_screen_preset_runs_each_method_on_its_lambda_grid(tmp_path):
+    proc = _run("--preset", "screen", "--dry-run", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    trials = [line.split() for line in proc.stdout.strip().splitlines()[2:-1]]
+    lams: dict[str, list[str]] = {}
+    for method, _sigma, lam, *_ in trials:
+        lams.setdefault(method, []).append(lam)
+    assert lams == {"mi_backprop": ["0.0", "0.3", "1.0", "3.0"], "confusion": ["0.3", "1.0", "3.0"],
+                    "lntl": ["0.001", "0.01", "0.1", "1.0"], "hsic": ["0.3", "1.0", "3.0"]}
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--lam-of", "lntl"], "expected METHOD=LAM"),
     (["--lam-of", "lntl=0.1"], "lntl is not in this sweep's --method (mi_backprop)"),
