@@ -128,8 +128,10 @@ def paired(cells: list[Cell]) -> list[Cell]:
             if ours not in rank and ours not in pub and (
                     ours == label or ours.startswith((label + " ", label + ","))):
                 rank[ours] = i
-    order = sorted(rows, key=lambda r: (rank.get(r, len(pub)), rows.index(r)))
-    return sorted(cells, key=lambda c: order.index(c.row))
+    first = {row: i for i, row in enumerate(rows)}
+    order = sorted(rows, key=lambda r: (rank.get(r, len(pub)), first[r]))
+    position = {row: i for i, row in enumerate(order)}
+    return sorted(cells, key=lambda c: position[c.row])
 
 
 def _same(series: pd.Series, value: float | str | None) -> pd.Series:

@@ -78,6 +78,16 @@ def _known_method(name: str) -> str | None:
 
 METHOD_LIST = _list_of(str, _known_method)
 LAM_LIST = _list_of(float, _nonneg)
+K_LIST = _list_of(int, _at_least_one)
+SIGMA_LIST = _list_of(float, _unit_open)
+SEED_LIST = _list_of(int, lambda v: None if v >= 0 else "must be >= 0")
+POS_INT = _one(int, _at_least_one)
+POS_FLOAT = _one(float, _positive)
+NONNEG_FLOAT = _one(float, _nonneg)
+POS_FLOAT_LIST = _list_of(float, _positive)
+NONNEG_INT = _one(int, lambda v: None if v >= 0 else "must be >= 0")
+EMA_RATE = _one(float, lambda v: _finite(v) or (None if 0 <= v <= 1 else "must be in [0, 1]"))
+TRACKER_NAMES = ("mlflow", "wandb")  # sweeps/trackers: TRACKERS has one entry each
 
 
 def method_lams(text: str) -> tuple[str, list[float]]:
@@ -89,16 +99,6 @@ def method_lams(text: str) -> tuple[str, list[float]]:
     if problem:
         raise argparse.ArgumentTypeError(f"{name.strip()}: {problem}")
     return name.strip(), LAM_LIST(lams)
-K_LIST = _list_of(int, _at_least_one)
-SIGMA_LIST = _list_of(float, _unit_open)
-SEED_LIST = _list_of(int, lambda v: None if v >= 0 else "must be >= 0")
-POS_INT = _one(int, _at_least_one)
-POS_FLOAT = _one(float, _positive)
-NONNEG_FLOAT = _one(float, _nonneg)
-POS_FLOAT_LIST = _list_of(float, _positive)
-NONNEG_INT = _one(int, lambda v: None if v >= 0 else "must be >= 0")
-EMA_RATE = _one(float, lambda v: _finite(v) or (None if 0 <= v <= 1 else "must be in [0, 1]"))
-TRACKER_NAMES = ("mlflow", "wandb")  # sweeps/trackers: TRACKERS has one entry each
 
 
 def tracker_list(text: str) -> tuple[str, ...]:
