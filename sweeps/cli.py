@@ -156,8 +156,8 @@ class SweepArgs:
 # flag dest -> preset key
 _OVERRIDES = {
     "method": "method", "sigma": "sigma", "lam": "lam", "K": "K", "seeds": "seeds",
-    "epochs": "epochs",
-    "batch_size": "batch_size", "lr": "lr", "mine_lr": "mine_lr", "mi_lr": "mi_lr", "root": "root",
+    "epochs": "epochs", "batch_size": "batch_size", "lr": "lr", "lr_schedule": "lr_schedule",
+    "mine_lr": "mine_lr", "mi_lr": "mi_lr", "root": "root",
     "cpus_per_trial": "cpus_per_trial", "gpus_per_trial": "gpus_per_trial",
     "inner_z": "inner_z", "mine_optimizer": "mine_optimizer", "device": "device",
     "mi_eval_steps": "mi_eval_steps", "bank_refresh": "bank_refresh",
@@ -243,6 +243,9 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--epochs", type=POS_INT, help="epochs per trial")
     p.add_argument("--batch-size", type=POS_INT, help="mini-batch size")
     p.add_argument("--lr", type=POS_FLOAT, help="Adam learning rate of g and f")
+    p.add_argument("--lr-schedule", choices=["constant", "cosine"],
+                   help="g and f's lr held, or decayed to 0 by a half cosine over --epochs "
+                        "(critics and bias heads keep theirs)")
     p.add_argument("--mine-lr", type=POS_FLOAT, help="learning rate of the statistics network")
     p.add_argument("--mi-lr", type=POS_FLOAT,
                    help="theta's MI Adam learning rate under --theta-update separate "

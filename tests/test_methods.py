@@ -188,6 +188,39 @@ def test_mi_lr_sets_the_separate_mi_step_and_defaults_to_lr_times_lam(grey_digit
         method_config("mi_backprop", {"mi_lr": 0.0})
 
 
+def test_cosine_schedule_decays_g_and_f_to_zero_keeps_the_critic_and_resumes_exactly(
+        grey_digits):
+    torch.set_num_threads(1)
+    bench = _tiny_bench(grey_digits)  # 256 rows, batch 64: 4 steps an epoch
+    base = {**VALUES, "lam": 0.5, "theta_update": "separate", "epochs": 2}
+    cosine = make_method("mi_backprop", bench, {**base, "lr_schedule": "cosine"}, seed=3)
+    constant = make_method("mi_backprop", bench, base, seed=3)
+    cosine.run_epoch()
+    state = cosine.state_dict()
+    # The first epoch's last step ran at factor (1 + cos(pi * 3/8)) / 2.
+    halfway = 0.5 * (1 + math.cos(math.pi * 3 / 8))
+    assert cosine.model_opt.param_groups[0]["lr"] == pytest.approx(VALUES["lr"] * halfway)
+    cosine.run_epoch()
+    last = 0.5 * (1 + math.cos(math.pi * 7 / 8))  # ~0.038: the 8th of 8 steps
+    assert cosine.model_opt.param_groups[0]["lr"] == pytest.approx(VALUES["lr"] * last)
+    assert cosine.mi_opt.param_groups[0]["lr"] == pytest.approx(VALUES["lr"] * 0.5 * last)
+    assert cosine.mine_opt.param_groups[0]["lr"] == VALUES["mine_lr"]  # the critic keeps it
+    constant.run_epoch()
+    constant.run_epoch()
+    assert constant.model_opt.param_groups[0]["lr"] == VALUES["lr"]
+    assert any(not torch.equal(a, b) for a, b in zip(_weights(cosine), _weights(constant),
+                                                       strict=True))
+    resumed = make_method("mi_backprop", bench, {**base, "lr_schedule": "cosine"}, seed=9)
+    resumed.load_state_dict(state)
+    resumed.run_epoch()
+    assert all(torch.equal(a, b) for a, b in zip(_weights(cosine), _weights(resumed),
+                                                  strict=True))
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        method_config("lntl", {"lr_schedule": "step", "epochs": 2})
+    with pytest.raises(ValueError, match="needs the trial's epochs"):
+        method_config("hsic", {"lr_schedule": "cosine"})
+
+
 def test_lntl_entropy_term_is_lowest_for_a_uniform_head():
     from unbiased.methods.lntl import negative_entropy
 

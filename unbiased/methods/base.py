@@ -30,6 +30,9 @@ from unbiased.models import linear_classifier
 EVAL_ROWS_SEED_OFFSET = 1_000_003
 METHOD_SEED_OFFSET = 2_000_003
 EVAL_SEED_OFFSET = 3_000_017
+# How the learning rate of g and f moves over a trial: held, or decayed to 0 by a half cosine
+# over the trial's `epochs` (step by step).
+LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
 
 
 @dataclass
@@ -40,6 +43,14 @@ class TrainConfig:
     lam: float = 1.0
     batch_size: int = 1024
     lr: float = 1e-4  # Adam on g and f
+    # "cosine": every optimiser that moves g or f (the task's Adam and a method's own step on
+    # g, mi_backprop's MI Adam) decays from its lr to 0 over `epochs`; the adversaries (MINE's
+    # T, bias heads) keep theirs, so they can still follow a g that slows down. On a fast
+    # schedule a constant lr let g outrun the critic after its peak (docs/MEASURED.md, issue
+    # 27). `epochs`: the trial's, the schedule's length (the trainable passes it); a trial
+    # continued past it (a larger --epochs on --resume) stretches the rest of the schedule.
+    lr_schedule: str = "constant"
+    epochs: int = 0
     # Rows per forward pass when g runs over a whole split (evaluation, z bank): large for
     # small inputs, small for images (a ResNet-50 batch of 4096 would not fit).
     eval_batch_size: int = 4096
@@ -66,6 +77,12 @@ class TrainConfig:
             problems.append(f"batch_size must be >= 2, got {self.batch_size}")
         if not self.lr > 0:
             problems.append(f"lr must be > 0, got {self.lr}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            problems.append(f"lr_schedule must be one of {LR_SCHEDULES}, got "
+                            f"{self.lr_schedule!r}")
+        elif self.lr_schedule != "constant" and self.epochs < 1:
+            problems.append(f"lr_schedule {self.lr_schedule!r} needs the trial's epochs "
+                            f"(>= 1), got {self.epochs}")
         if self.eval_batch_size < 1:
             problems.append(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
         if self.train_eval_rows < 0 or self.train_eval_rows == 1:
@@ -147,6 +164,24 @@ class ERM:
             self.seed + EVAL_SEED_OFFSET + self.epoch)
 
     # -- training -------------------------------------------------------------------------
+    def scheduled_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimisers `lr_schedule` decays: those that move g or f."""
+        return [self.model_opt]
+
+    def lr_factor(self, step: int, steps_per_epoch: int) -> float:
+        """The schedule's multiplier of every scheduled lr at `step` of the coming epoch."""
+        if self.cfg.lr_schedule == "constant":
+            return 1.0
+        done = (self.epoch * steps_per_epoch + step) / (self.cfg.epochs * steps_per_epoch)
+        return 0.5 * (1.0 + math.cos(math.pi * min(done, 1.0)))
+
+    def _set_lr(self, factor: float) -> None:
+        for opt in self.scheduled_optimizers():
+            for group in opt.param_groups:
+                # The configured lr, recorded once (it travels in the optimiser's state dict).
+                base = group.setdefault("base_lr", group["lr"])
+                group["lr"] = base * factor
+
     def _permutation(self, n: int) -> torch.Tensor:
         return torch.randperm(n, generator=self.gen, device=self.gen.device).to(self.device)
 
@@ -195,10 +230,13 @@ class ERM:
         order = self._permutation(len(train))
         self.start_epoch(order, train)
         bs = self.cfg.batch_size
+        steps_per_epoch = -(-len(train) // bs)
         losses, penalties = [], []
         for step, (x, y, c) in enumerate(train.batches(bs, order)):
             if len(y) < 2:  # a shuffle (and a batch statistic) needs two rows
                 continue
+            if self.cfg.lr_schedule != "constant":
+                self._set_lr(self.lr_factor(step, steps_per_epoch))
             loss_task, penalty = self.update(x, y, c, order[step * bs:(step + 1) * bs], train)
             losses.append(loss_task)
             penalties.append(penalty)

@@ -111,6 +111,9 @@ class MIBackprop(ERM):
     has_mi_estimator = True
     cfg: MIBackpropConfig
 
+    def scheduled_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.model_opt] + ([self.mi_opt] if self.mi_opt is not None else [])
+
     def __init__(self, bench: Benchmark, cfg: MIBackpropConfig, seed: int,
                  device: torch.device | str = "cpu"):
         super().__init__(bench, cfg, seed, device)
