@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.figures import write_figures
+from analysis.figures import write_figures, write_table_figures
 from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.latex import to_latex
 from analysis.results import final_rows, load_results
@@ -44,4 +44,5 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
         # The figure marks the same lowest-MI choice as the tables (same tolerance).
         lowest = next((r for r in rules or () if r.key == LowestMI.key), None)
         written += write_figures(df, finals, out / "figures", lowest)
+        written += write_table_figures(tidy, out / "figures")
     return written

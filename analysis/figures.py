@@ -20,6 +20,7 @@ from matplotlib.ticker import MaxNLocator
 from analysis.io import atomic_savefig
 from analysis.results import MI_METHOD, excluded_mask, lam_label, sigma_label
 from analysis.selection import LowestMI, NoCandidateError, SelectionRule
+from analysis.tables import partners
 
 PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
                                        ("test_acc", "test accuracy"),
@@ -235,6 +236,62 @@ def fairness_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K
     fig.suptitle(f"{bench}, K={K}: final test accuracy and equality of opportunity per λ "
                  f"(mean ± std over {lo if lo == hi else f'{lo}-{hi}'} seeds)", fontsize=11)
     return fig
+
+
+def _sigma_of(column: str) -> float:
+    """The sigma of a Table 1 column label ("σ=0.020")."""
+    return float(column.split("=", 1)[1])
+
+
+def table1_figure(tidy: pd.DataFrame) -> Figure | None:
+    """Table 1 as the reader compares it: test accuracy vs sigma, one panel per block (a K
+    of mi_backprop), a line per row of ours at a fixed lambda (mean over seeds, error bars:
+    std) and each published row as crosses on a dotted line in its partner's colour. None
+    when the tidy table has no digits rows."""
+    d = tidy[(tidy["benchmark"] == "digits") & tidy["block"].str.startswith("Table 1")]
+    d = d[(d["source"] == "published") | d["rule"].str.startswith("fixed")]
+    if d.empty:
+        return None
+    blocks = list(dict.fromkeys(d["block"]))
+    fig = _new_figure(7.5 * len(blocks), 5.0)
+    axes = fig.subplots(1, len(blocks), squeeze=False)[0]
+    for ax, block in zip(axes, blocks, strict=True):
+        cells = d[d["block"] == block]
+        rows = list(dict.fromkeys(cells["row"]))
+        partner = partners(rows)
+        ours = [r for r in rows if not r.endswith(" (published)")]
+        pub = [r for r in rows if r.endswith(" (published)")]
+        lone = [r for r in pub if r not in partner.values()]
+        colors = _colors([float(i) for i in range(len(ours) + len(lone))])
+        color = {row: colors[float(i)] for i, row in enumerate(ours + lone)}
+        for mine, theirs in partner.items():
+            color.setdefault(theirs, color[mine])
+        for row in ours + pub:
+            r = cells[(cells["row"] == row) & cells["mean"].notna()]
+            r = r.assign(sigma=r["column"].map(_sigma_of)).sort_values("sigma")
+            if r.empty:
+                continue
+            if row in pub:
+                ax.plot(r["sigma"], r["mean"], ls=":", marker="x", ms=7, color=color[row],
+                        label=row)
+            else:
+                ax.errorbar(r["sigma"], r["mean"], yerr=r["std"].fillna(0.0), marker="o",
+                            capsize=3, lw=1.8, color=color[row],
+                            label=f"{row} (n={int(r['n'].max())})")
+        ax.set_xlabel("σ (colour variance)")
+        ax.set_ylabel("test accuracy")
+        ax.set_title(block, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("Colored MNIST: ours (mean ± std over seeds) beside the published rows (×)",
+                 fontsize=11)
+    return fig
+
+
+def write_table_figures(tidy: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """figures/digits_table1.png from the tidy table (`table.parquet`), when it has Table 1."""
+    fig = table1_figure(tidy)
+    return [] if fig is None else [atomic_savefig(fig, Path(out_dir) / "digits_table1.png")]
 
 
 def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path,

@@ -114,20 +114,30 @@ def render_block(cells: list[Cell], columns: Sequence[str], corner: str) -> str:
 PUBLISHED_SUFFIX = " (published)"
 
 
-def paired(cells: list[Cell]) -> list[Cell]:
-    """The cells reordered so that each published row comes right after our rows of the
-    same method (ERM, Alvi et al., Kim et al., Ours, in the paper's order); our rows with no
-    published counterpart (hsic, grad_reversal, ...) come last. Stable within a group."""
-    rows = list(dict.fromkeys(c.row for c in cells))
+def partners(rows: Sequence[str]) -> dict[str, str]:
+    """Each of our rows -> the published row of the same method (ERM, Alvi et al., Kim et
+    al., Ours); our rows with no published counterpart (hsic, grad_reversal, ...) are left
+    out."""
+    rows = list(dict.fromkeys(rows))
     pub = [r for r in rows if r.endswith(PUBLISHED_SUFFIX)]
-    rank: dict[str, float] = {}
-    for i, row in enumerate(pub):
-        rank[row] = i + 0.5
+    partner: dict[str, str] = {}
+    for row in pub:
         label = published.partner_label(row[: -len(PUBLISHED_SUFFIX)])
         for ours in rows:
-            if ours not in rank and ours not in pub and (
+            if ours not in partner and ours not in pub and (
                     ours == label or ours.startswith((label + " ", label + ","))):
-                rank[ours] = i
+                partner[ours] = row
+    return partner
+
+
+def paired(cells: list[Cell]) -> list[Cell]:
+    """The cells reordered so that each published row comes right after our rows of the
+    same method (in the paper's order); our rows with no published counterpart come last.
+    Stable within a group."""
+    rows = list(dict.fromkeys(c.row for c in cells))
+    pub = [r for r in rows if r.endswith(PUBLISHED_SUFFIX)]
+    rank: dict[str, float] = {row: i + 0.5 for i, row in enumerate(pub)}
+    rank.update({ours: pub.index(row) for ours, row in partners(rows).items()})
     first = {row: i for i, row in enumerate(rows)}
     order = sorted(rows, key=lambda r: (rank.get(r, len(pub)), first[r]))
     position = {row: i for i, row in enumerate(order)}

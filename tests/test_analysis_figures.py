@@ -6,10 +6,11 @@ import math
 import struct
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis import build_all
-from analysis.figures import fairness_figure
+from analysis.figures import fairness_figure, table1_figure
 from analysis.io import atomic_write_parquet
 from analysis.results import final_rows
 from analysis.synthetic import demo, frame, trial
@@ -31,7 +32,8 @@ def test_build_all_writes_figures(tmp_path: Path) -> None:
     figures = tmp_path / "figures"
     expected = {figures / name for name in (
         "digits_K20_curves.png", "digits_K80_curves.png", "digits_K_ablation.png",
-        "german_K30_curves.png", "german_K30_fairness.png", "imdb_K40_curves.png")}
+        "digits_table1.png", "german_K30_curves.png", "german_K30_fairness.png",
+        "imdb_K40_curves.png")}
     assert expected <= set(written)
     assert set(figures.iterdir()) == expected  # no temp files left
     for path in expected:
@@ -48,7 +50,7 @@ def test_single_K_has_no_ablation_and_diverged_only_lambda_is_fine(tmp_path: Pat
     atomic_write_parquet(frame(rows), tmp_path / "results.parquet")
     written = build_all(tmp_path)
     pngs = [p for p in written if p.suffix == ".png"]
-    assert [p.name for p in pngs] == ["digits_K80_curves.png"]
+    assert [p.name for p in pngs] == ["digits_K80_curves.png", "digits_table1.png"]
     png_size(pngs[0])
 
 
@@ -84,3 +86,37 @@ def test_several_methods_get_a_curve_each_and_their_own_curves(tmp_path: Path) -
             "digits_some_new_method_curves.png", "digits_methods.png"} <= written
     width, height = png_size(tmp_path / "figures" / "digits_methods.png")
     assert width > 500 and height > 300
+
+
+def test_table1_figure_draws_each_fixed_row_of_ours_beside_its_published_row(
+        tmp_path: Path) -> None:
+    rows = []
+    for sigma in (0.02, 0.03):
+        for seed in (0, 1):
+            rows += trial(lam=0.0, seed=seed, sigma=sigma, test_acc=0.40 + seed / 10)
+            rows += trial(lam=1.0, seed=seed, sigma=sigma, test_acc=0.80 + sigma)
+            rows += trial(method="lntl", lam=0.01, K=0, seed=seed, sigma=sigma, mi=math.nan,
+                          test_acc=0.70, penalty=0.1)
+    atomic_write_parquet(frame(rows), tmp_path / "results.parquet")
+    assert "digits_table1.png" in {p.name for p in build_all(tmp_path)}
+    tidy = pd.read_parquet(tmp_path / "table.parquet")
+    ax = table1_figure(tidy).axes[0]
+    # ours: error bars at the seeds' mean and std, one per fixed-lambda row (no rule rows)
+    ours = {c.get_label(): c for c in ax.containers}
+    assert set(ours) == {"ERM (λ=0) (n=2)", "Ours (λ=1, as the paper) (n=2)",
+                         "Kim et al. (ours) (λ=0.01) (n=2)"}
+    erm_line = ours["ERM (λ=0) (n=2)"].lines[0]
+    assert list(erm_line.get_xdata()) == [0.02, 0.03]
+    assert list(erm_line.get_ydata()) == pytest.approx([0.45, 0.45])
+    # published: crosses at the paper's values, in the colour of our row of the same method
+    published = {ln.get_label(): ln for ln in ax.get_lines()
+                 if ln.get_label().endswith("(published)")}
+    assert list(published["ERM (λ=0) (published)"].get_ydata()) == [0.476, 0.664]
+    assert published["Kim et al. (published)"].get_marker() == "x"
+    for mine, theirs in (("ERM (λ=0) (n=2)", "ERM (λ=0) (published)"),
+                         ("Kim et al. (ours) (λ=0.01) (n=2)", "Kim et al. (published)"),
+                         ("Ours (λ=1, as the paper) (n=2)", "Ours (λ=1) (published)")):
+        assert ours[mine].lines[0].get_color() == published[theirs].get_color()
+    assert published["Alvi et al. (published)"].get_color() not in {
+        c.lines[0].get_color() for c in ours.values()}
+    assert table1_figure(tidy[tidy["benchmark"] != "digits"]) is None
