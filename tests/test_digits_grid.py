@@ -104,15 +104,32 @@ def test_each_method_can_have_its_own_lambdas():
                    ("lntl", 0.1), ("hsic", 1.0)]
 
 
-def test_screen_preset_runs_each_method_on_its_lambda_grid(tmp_path):
-    proc = _run("--preset", "screen", "--dry-run", "--out", str(tmp_path / "out"))
+ALL_SIGMAS = ["0.02", "0.025", "0.03", "0.035", "0.04", "0.045", "0.05"]
+
+
+@pytest.mark.parametrize("preset, lams, sigmas, seeds", [
+    ("screen", {"mi_backprop": ["0.0", "0.3", "1.0", "3.0"], "confusion": ["0.3", "1.0", "3.0"],
+                "lntl": ["0.001", "0.01", "0.1", "1.0"], "hsic": ["0.3", "1.0", "3.0"]},
+     ["0.03"], ["0"]),
+    ("table1", {"mi_backprop": ["0.0", "1.0"], "confusion": ["1.0"], "lntl": ["0.01"],
+                "hsic": ["1.0"]}, ALL_SIGMAS, ["0", "1", "2"]),
+    ("fig3", {"mi_backprop": ["0.0", "0.5", "1.0"]}, ["0.03", "0.045"], ["0", "1", "2"]),
+])
+def test_grid_presets_run_each_method_on_its_lambdas(preset, lams, sigmas, seeds, tmp_path):
+    proc = _run("--preset", preset, "--dry-run", "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     trials = [line.split() for line in proc.stdout.strip().splitlines()[2:-1]]
-    lams: dict[str, list[str]] = {}
+    got: dict[str, list[str]] = {}
     for method, _sigma, lam, *_ in trials:
-        lams.setdefault(method, []).append(lam)
-    assert lams == {"mi_backprop": ["0.0", "0.3", "1.0", "3.0"], "confusion": ["0.3", "1.0", "3.0"],
-                    "lntl": ["0.001", "0.01", "0.1", "1.0"], "hsic": ["0.3", "1.0", "3.0"]}
+        got.setdefault(method, [])
+        if lam not in got[method]:
+            got[method].append(lam)
+    assert got == lams
+    # every (method, lambda) once per sigma and seed; ERM once per (sigma, seed)
+    cells = {(t[0], t[1], t[2], t[-1]) for t in trials}
+    assert len(cells) == len(trials) == sum(map(len, lams.values())) * len(sigmas) * len(seeds)
+    assert sorted({t[1] for t in trials}, key=float) == sigmas
+    assert sorted({t[-1] for t in trials}) == seeds
 
 
 @pytest.mark.parametrize("args, needle", [
