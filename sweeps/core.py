@@ -112,7 +112,11 @@ class GridSpec:
     def points(self, values: dict) -> list[dict]:
         """Every trial's grid point: data axes x method x lam x K (methods that have it)
         x seed; lam = 0 once per data point and seed (the first method and K). A method in
-        `method_lam` (--lam-of) runs its own non-zero lambdas instead of `lam`'s."""
+        `method_lam` (--lam-of) runs its own non-zero lambdas instead of `lam`'s.
+
+        Ordered seed first, then method (as listed), then the data axes: Tune starts trials
+        in this order, so a grid cut off by a session's end holds whole seeds, and within a
+        seed the first method's ERM and lambda rows at every sigma before any competitor."""
         methods = list(values.get("method") or ["mi_backprop"])
         axes = [[(key, v) for v in values[key]] for key in self.data_axes]
         own = values.get("method_lam") or {}
@@ -134,7 +138,9 @@ class GridSpec:
                         if K is not None:
                             point["K"] = int(K)
                         out.append(point)
-        return out
+        seed_rank = {int(seed): i for i, seed in enumerate(values["seeds"])}
+        method_rank = {method: i for i, method in enumerate(methods)}
+        return sorted(out, key=lambda p: (seed_rank[p["seed"]], method_rank[p["method"]]))
 
     def validate(self, values: dict, points: list[dict] | None = None) -> list[dict]:
         """Every trial's method config, built and checked before Ray starts; the points (the

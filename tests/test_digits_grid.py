@@ -104,6 +104,21 @@ def test_each_method_can_have_its_own_lambdas():
                    ("lntl", 0.1), ("hsic", 1.0)]
 
 
+def test_grid_runs_seed_by_seed_and_the_first_method_first():
+    from sweeps.digits_grid import SPEC
+
+    values = {"sigma": [0.02, 0.03], "method": ["mi_backprop", "hsic"], "lam": [0.0, 1.0],
+              "K": [80], "seeds": [2, 0]}
+    got = [(p["seed"], p["method"], p["lam"], p["sigma"]) for p in SPEC.points(values)]
+    # a cut-off grid holds whole seeds, the first method's ERM and lambda rows first
+    assert got == [(2, "mi_backprop", 0.0, 0.02), (2, "mi_backprop", 1.0, 0.02),
+                   (2, "mi_backprop", 0.0, 0.03), (2, "mi_backprop", 1.0, 0.03),
+                   (2, "hsic", 1.0, 0.02), (2, "hsic", 1.0, 0.03),
+                   (0, "mi_backprop", 0.0, 0.02), (0, "mi_backprop", 1.0, 0.02),
+                   (0, "mi_backprop", 0.0, 0.03), (0, "mi_backprop", 1.0, 0.03),
+                   (0, "hsic", 1.0, 0.02), (0, "hsic", 1.0, 0.03)]
+
+
 ALL_SIGMAS = ["0.02", "0.025", "0.03", "0.035", "0.04", "0.045", "0.05"]
 
 
