@@ -10,9 +10,9 @@ from unbiased.benchmarks.colored_mnist import PAPER_SIGMAS
 
 # The cpu preset's epochs (issue 27): its schedule (Adam 1e-3 at batch 128, decayed to 0 by a
 # cosine over these epochs) brings ERM on Kim's palette to the published row's level within
-# 2-6 epochs, and lam = 1 holds to the last of them; the 14-trial grid at 6 epochs fits in
-# 3 hours on 2 cores (measured side by side on full MNIST: docs/MEASURED.md, "The cpu
-# preset's schedule").
+# 2-6 epochs, and lam = 1 holds to the last of them; the 14-trial grid at 6 epochs took 69 min
+# on 2 cores (ERM ~77 s an epoch, lam = 1 ~110 s, side by side on full MNIST; docs/MEASURED.md,
+# "The cpu preset's schedule" and "Table 1 with the cpu preset at 6 epochs").
 EPOCHS_CPU = 6
 # Full MNIST: train_acc, the trial's own mi and mi_eval on a fixed random 10,000 of the
 # 60,000 training rows (a forward of all of them cost 30% of an epoch; bench/epoch_cost.py).
