@@ -127,7 +127,7 @@ ALL_SIGMAS = ["0.02", "0.025", "0.03", "0.035", "0.04", "0.045", "0.05"]
                 "lntl": ["0.001", "0.01", "0.1", "1.0"], "hsic": ["0.3", "1.0", "3.0"]},
      ["0.03"], ["0"]),
     ("table1", {"mi_backprop": ["0.0", "1.0"], "confusion": ["1.0"], "lntl": ["0.01"],
-                "hsic": ["1.0"]}, ALL_SIGMAS, ["0", "1", "2"]),
+                "hsic": ["3.0"]}, ALL_SIGMAS, ["0", "1", "2"]),
     ("fig3", {"mi_backprop": ["0.0", "0.5", "1.0"]}, ["0.03", "0.045"], ["0", "1", "2"]),
 ])
 def test_grid_presets_run_each_method_on_its_lambdas(preset, lams, sigmas, seeds, tmp_path):
