@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from unbiased.stopping import FLOOR_MARGIN_NATS
+
 RESULTS_FILE = "results.parquet"
 
 # column -> kind; kinds: "string", "float" (int accepted and widened), "integer".
@@ -190,7 +192,7 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     kept trials)."""
     columns = list(df.columns) + [f"{c}_at_selection" for c in ("mi_eval", "mi_eval_cond")
                                   if f"selected_{c}" in df.columns and c in df.columns] \
-        + ["excluded", "reason"]
+        + ["estimator_failed", "excluded", "reason"]
     if df.empty:
         return pd.DataFrame(columns=columns)
     ordered = df.sort_values(["trial_id", "epoch"], kind="stable")
@@ -208,6 +210,7 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     reasons = {tid: _exclusion_reason(trial, finals.loc[tid], mi_methods)
                for tid, trial in ordered.groupby("trial_id", sort=True)}
     finals = finals.reset_index(drop=True)
+    finals["estimator_failed"] = estimator_failed(finals)
     # The reported epoch's MI as estimated again with another seed (the trial's last row):
     # the estimate its stopping rule minimised is biased low by the choice itself.
     for col in ("mi_eval", "mi_eval_cond"):
@@ -220,6 +223,22 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     finals["reason"] = finals["trial_id"].map(reasons).astype(object)
     finals["excluded"] = finals["reason"] != ""
     return finals[columns]
+
+
+def estimator_failed(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose fresh estimate of z (`mi_eval` or `mi_eval_cond`, as the row measured it)
+    reads more than FLOOR_MARGIN_NATS below the same estimator on the model's one-hot
+    predictions (`mi_floor`, `mi_floor_cond`). The predictions are a function of z, so
+    I(z; c) >= I(prediction; c): such a reading is the estimator failing on z, not a z
+    without colour (the stopping rule's own test, unbiased/stopping.py). No floor: False."""
+    failed = pd.Series(False, index=rows.index)
+    for value, floor in (("mi_eval", "mi_floor"), ("mi_eval_cond", "mi_floor_cond")):
+        if value in rows.columns and floor in rows.columns:
+            v = rows[value].to_numpy(dtype=float)
+            f = rows[floor].to_numpy(dtype=float)
+            with np.errstate(invalid="ignore"):
+                failed |= np.isfinite(f) & (v < f - FLOOR_MARGIN_NATS)
+    return failed
 
 
 def critic_warning(trial: pd.DataFrame) -> str:
@@ -258,7 +277,9 @@ def per_lambda(finals: pd.DataFrame) -> pd.DataFrame:
     """Aggregate the kept final rows of one group per lambda (sorted ascending; a lambda whose
     trials were all excluded has n == 0 and NaN metrics).
 
-    Columns: `lam`, `n` (kept trials), `n_excluded`, and for each metric present `<m>`
+    Columns: `lam`, `n` (kept trials), `n_excluded`, `n_failed` (kept trials whose fresh
+    estimate failed, `estimator_failed`; only when `finals` has that column made by
+    `final_rows`), and for each metric present `<m>`
     (mean over seeds, skipping NaN) and `<m>_std` (pandas default ddof=1) and `<m>_n` (seeds
     with a value). `mi_eval` is NaN for a lambda unless every kept seed has one.
     """
@@ -272,6 +293,8 @@ def per_lambda(finals: pd.DataFrame) -> pd.DataFrame:
         n_bad = int((excluded & np.isclose(finals["lam"].astype(float), lam, rtol=0.0,
                                            atol=LAM_ATOL)).sum())
         row: dict[str, float | int] = {"lam": lam, "n": len(sel), "n_excluded": n_bad}
+        if "estimator_failed" in sel.columns:
+            row["n_failed"] = int(sel["estimator_failed"].fillna(False).astype(bool).sum())
         for m in metrics:
             values = sel[m].astype(float)
             row[m] = float(values.mean()) if values.notna().any() else math.nan

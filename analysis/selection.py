@@ -3,8 +3,10 @@
 A group is one (benchmark, K, method, sigma[, train_split]); its final-epoch rows may hold
 several seeds per lambda. Every rule first drops excluded (diverged/failed) trials, then
 averages the remaining seeds per lambda, then chooses. A lambda with no kept trial is not a
-candidate. Each rule is a small class with a `name` and `choose(finals) -> Choice`
-(DomainBed style).
+candidate. The label-free rules read MI, so they also pass over a lambda whose fresh estimate
+failed on some seed (`estimator_failed`: read far below its prediction floor, so its MI is
+not known; a failed estimator reads ~0 and would otherwise win). Each rule is a small class
+with a `name` and `choose(finals) -> Choice` (DomainBed style).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from analysis.results import LAM_ATOL, per_lambda
+from analysis.results import FLOOR_MARGIN_NATS, LAM_ATOL, per_lambda
 
 TIE_ATOL = 1e-9  # MI / accuracy values closer than this are a tie (-> the higher lambda)
 _FIT_EPS = 1e-12  # float slack on the train-accuracy tolerance
@@ -52,6 +54,13 @@ def mi_column(table: pd.DataFrame) -> str:
     return "mi"
 
 
+def measured(table: pd.DataFrame) -> pd.Series:
+    """Per-lambda rows (`per_lambda`) whose MI every kept seed measured: no failed estimate."""
+    if "n_failed" not in table.columns:
+        return pd.Series(True, index=table.index)
+    return table["n_failed"].fillna(0).astype(int) == 0
+
+
 def _lams(values: pd.Series) -> str:
     return ", ".join(f"{v:g}" for v in values)
 
@@ -80,10 +89,15 @@ class _FitsTraining(SelectionRule, ABC):
 
     def _rejected(self, table: pd.DataFrame, fits: pd.Series) -> str:
         out = table[~fits]
-        if out.empty:
-            return ""
-        items = ", ".join(f"λ={r.lam:g} ({r.train_acc:.3f})" for r in out.itertuples())
-        return f"; rejected, train acc not within {self.tolerance:g} of best: {items}"
+        text = ""
+        if not out.empty:
+            items = ", ".join(f"λ={r.lam:g} ({r.train_acc:.3f})" for r in out.itertuples())
+            text = f"; rejected, train acc not within {self.tolerance:g} of best: {items}"
+        failed = table[~measured(table)]
+        if not failed.empty:
+            text += (f"; MI not measured (fresh T read > {FLOOR_MARGIN_NATS:g} nats below its "
+                     f"prediction floor): λ ∈ {{{_lams(failed['lam'])}}}")
+        return text
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(tolerance={self.tolerance:g})"
@@ -91,8 +105,9 @@ class _FitsTraining(SelectionRule, ABC):
 
 class LowestMI(_FitsTraining):
     """Among lambdas whose mean train accuracy is within `tolerance` (absolute) of the best
-    lambda's, the one with the lowest MI (`mi_eval` when every candidate has it, else `mi`);
-    ties within 1e-9 go to the higher lambda. Uses no test labels."""
+    lambda's and whose MI every seed measured (`measured`), the one with the lowest MI
+    (`mi_eval` when every candidate has it, else `mi`); ties within 1e-9 go to the higher
+    lambda. Uses no test labels."""
 
     name = "lowest-MI (label-free)"
     key = "lowest_mi"
@@ -101,7 +116,10 @@ class LowestMI(_FitsTraining):
     def choose(self, finals: pd.DataFrame) -> Choice:
         table = candidates(finals)
         fits, best = self._fits(table)
-        fitting = table[fits]
+        fitting = table[fits & measured(table)]
+        if fitting.empty:
+            raise NoCandidateError("no lambda both fits and has a measured MI"
+                                   + self._rejected(table, fits))
         col = mi_column(fitting)
         low = float(fitting[col].min())
         tied = fitting[fitting[col] <= low + TIE_ATOL]
@@ -115,7 +133,8 @@ class LowestMI(_FitsTraining):
 
 class HighestFittingLambda(_FitsTraining):
     """The paper's wording: the highest lambda that still fits the training data (mean train
-    accuracy within `tolerance` of the best) and lowers MI below lambda=0's. Falls back to
+    accuracy within `tolerance` of the best), has a measured MI and lowers it below
+    lambda=0's. Falls back to
     lambda=0 when no lambda does both. Uses no test labels."""
 
     name = "highest-fitting-λ (label-free)"
@@ -128,14 +147,18 @@ class HighestFittingLambda(_FitsTraining):
         is_zero = pd.Series(np.isclose(table["lam"], 0.0, rtol=0.0, atol=LAM_ATOL),
                             index=table.index)
         fit_text = f"fits (train acc within {self.tolerance:g} of best {best:.3f})"
+        known = measured(table)
         if not is_zero.any():
-            lam = float(table.loc[fits, "lam"].max())
+            if not (fits & known).any():
+                raise NoCandidateError("no lambda both fits and has a measured MI"
+                                       + self._rejected(table, fits))
+            lam = float(table.loc[fits & known, "lam"].max())
             return Choice(lam, self.name, f"no kept λ=0 trial to compare MI with; highest λ "
                           f"that {fit_text}" + self._rejected(table, fits))
         col = mi_column(table[fits | is_zero])
         ref = float(table.loc[is_zero, col].iloc[0])
         lowers = table[col] < ref - TIE_ATOL
-        ok = table[fits & lowers & ~is_zero]
+        ok = table[fits & known & lowers & ~is_zero]
         if ok.empty:
             return Choice(0.0, self.name, f"no λ>0 both {fit_text} and lowers {col} below "
                           f"λ=0's ({ref:.4g}); fell back to λ=0" + self._rejected(table, fits))

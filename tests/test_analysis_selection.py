@@ -172,3 +172,38 @@ def test_choice_is_frozen() -> None:
     choice = LowestMI().choose(sweep())
     with pytest.raises(dataclasses.FrozenInstanceError):
         choice.lam = 0.0  # type: ignore[misc]
+
+
+def test_a_lambda_whose_fresh_estimate_failed_is_not_picked_by_the_label_free_rules() -> None:
+    # The screen's lntl at lam 1 (issue 28): mi_eval -0.02 against a prediction floor of 1.60,
+    # so its MI is unknown; read as measured it would win both label-free rules.
+    specs = [
+        dict(lam=0.0, mi=NAN, mi_eval=2.6, test_acc=0.69, train_acc=1.0),
+        dict(lam=0.01, mi=NAN, mi_eval=1.2, mi_floor=1.58, test_acc=0.83, train_acc=0.99),
+        dict(lam=0.1, mi=NAN, mi_eval=1.3, mi_floor=1.58, test_acc=0.84, train_acc=0.99),
+        dict(lam=1.0, mi=NAN, mi_eval=-0.02, mi_floor=1.60, test_acc=0.63, train_acc=0.99),
+    ]
+    f = finals(*specs)
+    assert f.set_index("lam")["estimator_failed"].to_dict() == {
+        0.0: False, 0.01: False, 0.1: False, 1.0: True}
+    assert per_lambda(f).set_index("lam")["n_failed"].to_dict() == {
+        0.0: 0, 0.01: 0, 0.1: 0, 1.0: 1}
+    lowest, highest, oracle = (rule.choose(f) for rule in default_rules())
+    assert (lowest.lam, highest.lam, oracle.lam) == (0.01, 0.1, 0.1)
+    assert "MI not measured" in lowest.reason and "{1}" in lowest.reason
+    # within the margin (0.5 nats) of the floor it is a reading like any other
+    specs[3] = dict(lam=1.0, mi=NAN, mi_eval=1.15, mi_floor=1.60, test_acc=0.63, train_acc=0.99)
+    f = finals(*specs)
+    assert not f["estimator_failed"].any()
+    assert LowestMI().choose(f).lam == 1.0 and HighestFittingLambda().choose(f).lam == 1.0
+
+
+def test_conditional_floor_counts_too_and_no_measured_lambda_raises() -> None:
+    f = finals(dict(lam=1.0, mi=NAN, mi_eval=1.5, mi_floor=1.6, mi_eval_cond=-0.9,
+                    mi_floor_cond=0.0),
+               dict(lam=3.0, mi=NAN, mi_eval=0.1, mi_floor=1.6))
+    assert f["estimator_failed"].all()
+    for rule in default_rules()[:2]:
+        with pytest.raises(NoCandidateError, match="measured MI"):
+            rule.choose(f)
+    assert OracleTest().choose(f).lam in (1.0, 3.0)  # the oracle reads no MI
