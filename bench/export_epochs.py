@@ -20,7 +20,9 @@ import pandas as pd
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-COLUMNS = ["sigma", "lam", "seed", "epoch", "train_acc", "test_acc", "mi", "penalty",
+# One trial: its method, K (0 for methods without one, as in results.parquet) and data point.
+TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]
+COLUMNS = [*TRIAL_KEYS, "epoch", "train_acc", "test_acc", "mi", "penalty",
            "mi_eval", "mi_eval_cond", "mi_floor", "mi_floor_cond", "time_s", "epoch_s",
            "selected_epoch", "selected_mi_eval", "selected_mi_eval_cond"]
 
@@ -34,10 +36,12 @@ def from_tune(out: Path) -> pd.DataFrame:
             if line.strip():
                 result = json.loads(line)
                 config = flat_config(result.get("config") or {})
-                rows.append({**{k: config.get(k) for k in ("sigma", "lam", "seed",
-                                                            "palette", "stroke", "lr",
-                                                            "batch_size")}, **result})
-    return pd.DataFrame(rows)
+                rows.append({**{k: config.get(k) for k in (*TRIAL_KEYS, "palette", "stroke",
+                                                            "lr", "batch_size")}, **result})
+    df = pd.DataFrame(rows)
+    if "K" in df.columns:
+        df["K"] = df["K"].fillna(0).astype(int)
+    return df
 
 
 def main() -> int:
@@ -51,15 +55,15 @@ def main() -> int:
         print(f"error: no epochs under {a.out}", file=sys.stderr)
         return 2
     # A trial restarted from a checkpoint reports its re-run epoch again: keep the last.
-    df = df.drop_duplicates(["sigma", "lam", "seed", "epoch"], keep="last")
+    keys = [k for k in TRIAL_KEYS if k in df.columns]
+    df = df.drop_duplicates([*keys, "epoch"], keep="last")
     cols = [c for c in COLUMNS if c in df.columns]
-    df = df.sort_values(["sigma", "lam", "seed", "epoch"])[cols]
+    df = df.sort_values([*keys, "epoch"])[cols]
     from analysis.io import atomic_write_text
 
     a.dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.dest, df.to_csv(index=False))
-    print(f"wrote {a.dest}: {len(df)} epochs of {df.groupby(['sigma', 'lam', 'seed']).ngroups} "
-          f"trials")
+    print(f"wrote {a.dest}: {len(df)} epochs of {df.groupby(keys).ngroups} trials")
     return 0
 
 
