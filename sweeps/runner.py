@@ -8,6 +8,7 @@ the analysis so one command yields results, tables and figures.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -324,9 +325,17 @@ class StopSignals:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+    # Tune lists every trial that had not started when a sweep stops (one warning line each,
+    # 100+ for a Table 1 grid) above our one line that says how to continue.
+    QUIET_ON_STOP = ("ray.tune.analysis.experiment_analysis", "Failed to fetch metrics")
+
     def __init__(self) -> None:
         self.received: int | None = None
         self._before: dict[int, object] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Drop Tune's list of unstarted trials once a stop signal came; keep all else."""
+        return self.received is None or self.QUIET_ON_STOP[1] not in record.getMessage()
 
     def __enter__(self) -> StopSignals:
         # Tune's own SIGINT handler would hide a Ctrl-C from us; one path for both signals.
@@ -334,9 +343,11 @@ class StopSignals:
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         for sig in self.SIGNALS:
             self._before[sig] = signal.signal(sig, self._handle)
+        logging.getLogger(self.QUIET_ON_STOP[0]).addFilter(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        logging.getLogger(self.QUIET_ON_STOP[0]).removeFilter(self)
         for sig, handler in self._before.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         if self._env is None:

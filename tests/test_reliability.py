@@ -315,7 +315,8 @@ def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(tmp_path):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, tmp_path):
     out = tmp_path / "out"
-    args = [*TINY, "--lam", "0,1", "--epochs", "50", "--out", str(out)]
+    # 4 trials on 2 CPUs: two have not started when the signal comes
+    args = [*TINY, "--lam", "0,1,2,3", "--epochs", "50", "--out", str(out)]
     proc = _start_driver(args)
     try:
         deadline = time.time() + 300
@@ -335,6 +336,7 @@ def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, t
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + signum, rest[-2000:]
     assert "Traceback" not in rest
+    assert "Failed to fetch metrics" not in rest  # Tune's list of the unstarted trials
     last = rest.strip().splitlines()[-1]
     assert last.startswith(f"stopped by {signal.Signals(signum).name}") and "--resume" in last
     deadline = time.time() + 15
@@ -343,6 +345,21 @@ def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, t
     left = [p for p, s in ray_processes.items() if alive(p, s)]
     assert not left, f"processes of the sweep's Ray still running: {left}"
     assert not (out / "results.parquet").exists()  # stopped: nothing half-analysed
+
+
+def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
+    import logging
+
+    from sweeps.runner import StopSignals
+
+    stop = StopSignals()
+    name = StopSignals.QUIET_ON_STOP[0]
+    unstarted = logging.LogRecord(name, logging.WARNING, __file__, 1,
+                                  "Failed to fetch metrics for 2 trial(s):\n- a\n- b", None, None)
+    other = logging.LogRecord(name, logging.WARNING, __file__, 1, "something else", None, None)
+    assert stop.filter(unstarted) and stop.filter(other)  # a sweep still running: all shown
+    stop.received = signal.SIGTERM
+    assert not stop.filter(unstarted) and stop.filter(other)
 
 
 def test_a_trial_that_never_reported_is_not_counted_as_finished():
