@@ -284,7 +284,8 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
         print(f"resuming {exp_path}", flush=True)
         tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
         try:
-            before = tuner.get_results()
+            with QuietUnstarted():
+                before = tuner.get_results()
         except RuntimeError:  # Tune could not read the state it saved (and hides why)
             raise SweepError(f"cannot resume: Tune cannot read its saved state in "
                              f"{exp_path}; start the sweep again with --overwrite") from None
@@ -317,6 +318,29 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     return grid
 
 
+class QuietUnstarted(logging.Filter):
+    """Tune warns once per trial that has no results yet (a resumed or a stopped sweep: 100+
+    lines for a Table 1 grid, above our own line on what finished and how to continue).
+    While active (`when()` true), that one warning is dropped; every other record passes."""
+
+    LOGGER = "ray.tune.analysis.experiment_analysis"
+    MESSAGE = "Failed to fetch metrics"
+
+    def __init__(self, when: Callable[[], bool] = lambda: True) -> None:
+        super().__init__()
+        self.when = when
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.when() and self.MESSAGE in record.getMessage())
+
+    def __enter__(self) -> QuietUnstarted:
+        logging.getLogger(self.LOGGER).addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger(self.LOGGER).removeFilter(self)
+
+
 class StopSignals:
     """SIGTERM (`timeout`, a batch scheduler, `kill`) and SIGINT (Ctrl-C) during a sweep: Tune
     stops the trials and saves its state (its SIGUSR1 handler does both), then the driver
@@ -325,17 +349,10 @@ class StopSignals:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    # Tune lists every trial that had not started when a sweep stops (one warning line each,
-    # 100+ for a Table 1 grid) above our one line that says how to continue.
-    QUIET_ON_STOP = ("ray.tune.analysis.experiment_analysis", "Failed to fetch metrics")
-
     def __init__(self) -> None:
         self.received: int | None = None
         self._before: dict[int, object] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """Drop Tune's list of unstarted trials once a stop signal came; keep all else."""
-        return self.received is None or self.QUIET_ON_STOP[1] not in record.getMessage()
+        self._quiet = QuietUnstarted(lambda: self.received is not None)
 
     def __enter__(self) -> StopSignals:
         # Tune's own SIGINT handler would hide a Ctrl-C from us; one path for both signals.
@@ -343,11 +360,11 @@ class StopSignals:
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         for sig in self.SIGNALS:
             self._before[sig] = signal.signal(sig, self._handle)
-        logging.getLogger(self.QUIET_ON_STOP[0]).addFilter(self)
+        self._quiet.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        logging.getLogger(self.QUIET_ON_STOP[0]).removeFilter(self)
+        self._quiet.__exit__()
         for sig, handler in self._before.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         if self._env is None:

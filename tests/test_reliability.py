@@ -350,16 +350,22 @@ def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, t
 def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
     import logging
 
-    from sweeps.runner import StopSignals
+    from sweeps.runner import QuietUnstarted, StopSignals
 
-    stop = StopSignals()
-    name = StopSignals.QUIET_ON_STOP[0]
-    unstarted = logging.LogRecord(name, logging.WARNING, __file__, 1,
-                                  "Failed to fetch metrics for 2 trial(s):\n- a\n- b", None, None)
-    other = logging.LogRecord(name, logging.WARNING, __file__, 1, "something else", None, None)
-    assert stop.filter(unstarted) and stop.filter(other)  # a sweep still running: all shown
-    stop.received = signal.SIGTERM
-    assert not stop.filter(unstarted) and stop.filter(other)
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord(QuietUnstarted.LOGGER, logging.WARNING, __file__, 1, message,
+                                 None, None)
+
+    logger = logging.getLogger(QuietUnstarted.LOGGER)
+    unstarted = record("Failed to fetch metrics for 2 trial(s):\n- a\n- b")
+    other = record("something else")
+    with StopSignals() as stop:
+        assert logger.filter(unstarted) and logger.filter(other)  # still running: all shown
+        stop.received = signal.SIGTERM
+        assert not logger.filter(unstarted) and logger.filter(other)
+    assert logger.filter(unstarted)  # the filter leaves with the sweep
+    with QuietUnstarted():  # a resume reading the saved state: always quiet
+        assert not logger.filter(unstarted) and logger.filter(other)
 
 
 def test_a_trial_that_never_reported_is_not_counted_as_finished():
