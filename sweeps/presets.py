@@ -185,8 +185,8 @@ IMDB: dict[str, dict[str, object]] = {
 # (docs/MEASURED.md, "The lambda screen"): mi_backprop 1, confusion 1, lntl 0.01, hsic 3 (the
 # oracle, which peeks at test labels, would take lntl 0.1 and agrees elsewhere). Every sigma,
 # seeds 0-2, ERM once per (sigma, seed), on the `cpu` preset's protocol and schedule.
-# 7 x 3 x 5 = 105 trials: many hours on 2 cores, run across sessions with --resume (README,
-# "Long runs").
+# 7 x 3 x 5 = 105 trials: ~2.2 h a seed on 2 cores, run across sessions with --resume
+# (README, "Reliability").
 DIGITS["table1"] = {
     **DIGITS["cpu"], "seeds": [0, 1, 2],
     "method": ["mi_backprop", "confusion", "lntl", "hsic"], "lam": [0.0, 1.0],
