@@ -251,9 +251,12 @@ def storage_dir(args: SweepArgs) -> str:
 
 
 def make_scheduler(args: SweepArgs):
-    """The trial scheduler of `--scheduler`: None (FIFO) or ASHA on train_acc per epoch."""
+    """The trial scheduler of `--scheduler`: FIFO in the grid's order, or ASHA on train_acc
+    per epoch."""
     if args.values.get("scheduler", "fifo") == "fifo":
-        return None
+        from sweeps.scheduling import GridOrderScheduler
+
+        return GridOrderScheduler()
     from ray.tune.schedulers import ASHAScheduler
 
     epochs = int(args["epochs"])
@@ -283,6 +286,7 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     if restore:
         print(f"resuming {exp_path}", flush=True)
         tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
+        _order_restored_grid(tuner, args)
         try:
             with QuietUnstarted():
                 before = tuner.get_results()
@@ -316,6 +320,21 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     if stop.received is not None:
         stop.exit(args)
     return grid
+
+
+def _order_restored_grid(tuner, args: SweepArgs) -> None:
+    """A sweep saved before grid_order_scheduler existed restores Tune's plain FIFO (the
+    scheduler is pickled with the run). Tuner.restore takes no scheduler, so put the grid's
+    order in place of a default FIFO here; any other scheduler (ASHA) is left as saved."""
+    from ray.tune.schedulers import FIFOScheduler
+
+    from sweeps.scheduling import GridOrderScheduler
+
+    config = getattr(getattr(tuner, "_local_tuner", None), "_tune_config", None)
+    if config is None or args.values.get("scheduler", "fifo") != "fifo":
+        return
+    if config.scheduler is None or type(config.scheduler) is FIFOScheduler:
+        config.scheduler = GridOrderScheduler()
 
 
 class QuietUnstarted(logging.Filter):

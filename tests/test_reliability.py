@@ -347,6 +347,58 @@ def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, t
     assert not (out / "results.parquet").exists()  # stopped: nothing half-analysed
 
 
+def test_waiting_trials_start_in_the_grids_order_whatever_order_tune_lists_them():
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+
+    from sweeps.scheduling import GridOrderScheduler
+
+    def trial(number: int, status: str) -> SimpleNamespace:
+        return SimpleNamespace(trial_id=f"1f693_{number:05d}", status=status)
+
+    # a restored trial list: a dict's order, the running ones first
+    trials = [trial(1, Trial.RUNNING), trial(83, Trial.PENDING), trial(26, Trial.PENDING),
+              trial(2, Trial.TERMINATED), trial(3, Trial.PENDING), trial(4, Trial.PAUSED)]
+    controller = SimpleNamespace(get_trials=lambda: trials)
+    scheduler = GridOrderScheduler()
+    assert scheduler.choose_trial_to_run(controller).trial_id == "1f693_00003"
+    for t in trials:
+        if t.status == Trial.PENDING:
+            t.status = Trial.TERMINATED
+    assert scheduler.choose_trial_to_run(controller).trial_id == "1f693_00004"  # then paused
+    trials[-1].status = Trial.TERMINATED
+    assert scheduler.choose_trial_to_run(controller) is None
+
+
+def test_a_resumed_grid_goes_on_in_the_grids_order(tmp_path):
+    # One trial at a time (2 CPUs each), stopped during the first; the resumed run must
+    # finish the rest in the grid's order (seed by seed), not in the order Tune saved them.
+    out = tmp_path / "out"
+    args = [*TINY, "--lam", "0,1", "--seeds", "0,1,2", "--epochs", "1",
+            "--cpus-per-trial", "2", "--out", str(out)]
+    proc = _start_driver(args)
+    try:
+        deadline = time.time() + 300
+        for line in proc.stdout:
+            if "epoch 1/1" in line:
+                break
+            assert time.time() < deadline, "no epoch reported in time"
+        proc.send_signal(signal.SIGTERM)
+        first = proc.stdout.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, first[-2000:]
+    resumed = _driver(*args, "--resume", timeout=400)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    finished = re.findall(r"finished \d+/6: (.*)", first + resumed.stdout)
+    grid = [f"method=mi_backprop sigma=0.03 lam={lam} K=2 seed={seed}"
+            for seed in range(3) for lam in ("0.0", "1.0")]
+    assert [f.strip() for f in finished] == grid, finished
+
+
 def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
     import logging
 
