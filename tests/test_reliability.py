@@ -375,13 +375,13 @@ def test_a_resumed_grid_goes_on_in_the_grids_order(tmp_path):
     # One trial at a time (2 CPUs each), stopped during the first; the resumed run must
     # finish the rest in the grid's order (seed by seed), not in the order Tune saved them.
     out = tmp_path / "out"
-    args = [*TINY, "--lam", "0,1", "--seeds", "0,1,2", "--epochs", "1",
+    args = [*TINY, "--lam", "0,1", "--seeds", "0,1,2", "--epochs", "2",
             "--cpus-per-trial", "2", "--out", str(out)]
     proc = _start_driver(args)
     try:
         deadline = time.time() + 300
         for line in proc.stdout:
-            if "epoch 1/1" in line:
+            if "epoch 1/2" in line:
                 break
             assert time.time() < deadline, "no epoch reported in time"
         proc.send_signal(signal.SIGTERM)
