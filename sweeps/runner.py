@@ -285,14 +285,14 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
               f"beginning", flush=True)
     if restore:
         print(f"resuming {exp_path}", flush=True)
-        tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
-        _order_restored_grid(tuner, args)
         try:
-            with QuietUnstarted():
+            with QuietUnstarted():  # Tuner.restore reads the saved results too
+                tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
                 before = tuner.get_results()
         except RuntimeError:  # Tune could not read the state it saved (and hides why)
             raise SweepError(f"cannot resume: Tune cannot read its saved state in "
                              f"{exp_path}; start the sweep again with --overwrite") from None
+        _order_restored_grid(tuner, args)
         done = sum(1 for r in before if _finished(r))
         print(f"resume: {done} of {len(before)} trials already finished; the others continue "
               f"from their last checkpoints", flush=True)
