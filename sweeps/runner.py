@@ -285,6 +285,8 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
               f"beginning", flush=True)
     if restore:
         print(f"resuming {exp_path}", flush=True)
+        if args.values.get("scheduler", "fifo") == "fifo":
+            order_saved_trials(exp_path)
         try:
             with QuietUnstarted():  # Tuner.restore reads the saved results too
                 tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
@@ -320,6 +322,33 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     if stop.received is not None:
         stop.exit(args)
     return grid
+
+
+def order_saved_trials(exp_path: str) -> bool:
+    """Put the trials of Tune's saved experiment state back in the grid's order; True if
+    that changed a file. Tune saves them in a dict's order and, on restore, asks for actors
+    for the waiting trials in that order (beside what the scheduler picks), so a resumed grid
+    ran trials of seed 2 before those of seed 0. Local storage only; the JSON stays as Tune
+    wrote it but for the order of `trial_data`."""
+    from analysis.io import atomic_write_text
+    from sweeps.scheduling import grid_position
+
+    changed = False
+    if "://" in exp_path:
+        return changed
+    for path in sorted(Path(exp_path).glob(_STATE_PATTERNS[0])):
+        try:
+            state = json.loads(path.read_text())
+            trials = state["trial_data"]
+            keyed = [(grid_position(json.loads(t[0])["trial_id"]), t) for t in trials]
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+            continue  # not a state this code knows: Tune reads it as it is
+        ordered = [t for _, t in sorted(keyed, key=lambda item: item[0])]
+        if ordered != trials:
+            state["trial_data"] = ordered
+            atomic_write_text(path, json.dumps(state))
+            changed = True
+    return changed
 
 
 def _order_restored_grid(tuner, args: SweepArgs) -> None:

@@ -6,11 +6,11 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
 
-def grid_position(trial: Trial) -> tuple[int, str]:
+def grid_position(trial_id: object) -> tuple[int, str]:
     """Where a trial sits in its grid: Tune numbers the trials of one run as it creates them,
     in the grid's order ("1f693_00042": the 43rd); an id of another form sorts after, by id."""
-    _, _, number = str(trial.trial_id).rpartition("_")
-    return (int(number), "") if number.isdigit() else (1 << 62, str(trial.trial_id))
+    _, _, number = str(trial_id).rpartition("_")
+    return (int(number), "") if number.isdigit() else (1 << 62, str(trial_id))
 
 
 class GridOrderScheduler(FIFOScheduler):

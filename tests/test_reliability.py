@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -369,6 +370,30 @@ def test_waiting_trials_start_in_the_grids_order_whatever_order_tune_lists_them(
     assert scheduler.choose_trial_to_run(controller).trial_id == "1f693_00004"  # then paused
     trials[-1].status = Trial.TERMINATED
     assert scheduler.choose_trial_to_run(controller) is None
+
+
+def test_saved_trials_are_put_back_in_the_grids_order(tmp_path):
+    from sweeps.runner import order_saved_trials
+
+    def saved(number: int) -> list[str]:
+        return [json.dumps({"trial_id": f"1f693_{number:05d}", "config": {"n": number}}),
+                json.dumps({"last_result_time": -math.inf})]
+
+    state = {"trial_data": [saved(n) for n in (0, 59, 19, 6, 104, 1)],
+             "runner_data": {"x": 1}, "stats": {"start_time": 12.5}}
+    path = tmp_path / "experiment_state-2026-11-25_17-03-27.json"
+    path.write_text(json.dumps(state))
+    other = tmp_path / "experiment_state-2026-11-25_17-04-00.json"
+    other.write_text('{"not": "a state of this form"}')
+    assert order_saved_trials(str(tmp_path))
+    after = json.loads(path.read_text())
+    assert [json.loads(t[0])["trial_id"][-3:] for t in after["trial_data"]] == [
+        "000", "001", "006", "019", "059", "104"]
+    assert after["trial_data"][2] == saved(6)  # each entry as Tune wrote it
+    assert {k: after[k] for k in ("runner_data", "stats")} == {
+        "runner_data": {"x": 1}, "stats": {"start_time": 12.5}}
+    assert other.read_text() == '{"not": "a state of this form"}'
+    assert not order_saved_trials(str(tmp_path))  # already in order: nothing rewritten
 
 
 def test_a_resumed_grid_goes_on_in_the_grids_order(tmp_path):
