@@ -229,7 +229,9 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int):
                   + ", ".join(fields), flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-            self.done += 1
+            # Counted from Tune's trials, not kept: a resumed run goes on from the trials the
+            # earlier runs finished (this object comes back as pickled at the first start).
+            self.done = sum(1 for t in trials if t is trial or t.status == t.TERMINATED)
             print(f"[{time.time() - self.start:6.0f}s] finished {self.done}/{n_trials}: "
                   f"{self._tag(trial)}", flush=True)
 

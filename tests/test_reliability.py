@@ -447,6 +447,25 @@ def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
         assert not logger.filter(unstarted) and logger.filter(other)
 
 
+def test_progress_counts_the_trials_earlier_runs_finished(capsys):
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+
+    from sweeps.runner import progress_callback
+
+    def trial(seed: int, status: str) -> SimpleNamespace:
+        return SimpleNamespace(config={"point": {"seed": seed}}, status=status,
+                               TERMINATED=Trial.TERMINATED)
+
+    # a resumed run: two trials finished before the stop, one errored for good
+    trials = [trial(0, Trial.TERMINATED), trial(1, Trial.TERMINATED), trial(2, Trial.ERROR),
+              trial(3, Trial.RUNNING), trial(4, Trial.PENDING)]
+    progress = progress_callback(("seed",), 5)
+    progress.on_trial_complete(0, trials, trials[3])
+    assert "finished 3/5: seed=3" in capsys.readouterr().out
+
+
 def test_a_trial_that_never_reported_is_not_counted_as_finished():
     from types import SimpleNamespace
 
