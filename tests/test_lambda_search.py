@@ -51,7 +51,8 @@ def test_asha_is_accepted_and_ranks_on_train_acc(capsys):
     scheduler = make_scheduler(args)
     assert isinstance(scheduler, ASHAScheduler)
     assert scheduler._metric == "train_acc" and scheduler._mode == "max"
-    assert make_scheduler(resolve(parser, "digits", DIGITS, [])) is None  # fifo by default
+    fifo = make_scheduler(resolve(parser, "digits", DIGITS, []))  # by default
+    assert type(fifo).__name__ == "GridOrderScheduler"  # FIFO in the grid's order
     with pytest.raises(SystemExit) as exc:
         resolve(parser, "digits", DIGITS, ["--scheduler", "hyperband"])
     assert exc.value.code == 2 and "--scheduler" in capsys.readouterr().err.splitlines()[-1]
