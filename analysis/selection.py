@@ -134,8 +134,7 @@ class LowestMI(_FitsTraining):
 class HighestFittingLambda(_FitsTraining):
     """The paper's wording: the highest lambda that still fits the training data (mean train
     accuracy within `tolerance` of the best), has a measured MI and lowers it below
-    lambda=0's. Falls back to
-    lambda=0 when no lambda does both. Uses no test labels."""
+    lambda=0's. Falls back to lambda=0 when no lambda does all three. Uses no test labels."""
 
     name = "highest-fitting-λ (label-free)"
     key = "highest_fitting_lambda"

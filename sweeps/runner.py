@@ -287,7 +287,8 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
               f"beginning", flush=True)
     if restore:
         print(f"resuming {exp_path}", flush=True)
-        if args.values.get("scheduler", "fifo") == "fifo":
+        fifo = args.values.get("scheduler", "fifo") == "fifo"
+        if fifo:
             order_saved_trials(exp_path)
         try:
             with QuietUnstarted():  # Tuner.restore reads the saved results too
@@ -296,7 +297,8 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
         except RuntimeError:  # Tune could not read the state it saved (and hides why)
             raise SweepError(f"cannot resume: Tune cannot read its saved state in "
                              f"{exp_path}; start the sweep again with --overwrite") from None
-        _order_restored_grid(tuner, args)
+        if fifo:
+            _order_restored_grid(tuner)
         done = sum(1 for r in before if _finished(r))
         print(f"resume: {done} of {len(before)} trials already finished; the others continue "
               f"from their last checkpoints", flush=True)
@@ -353,18 +355,16 @@ def order_saved_trials(exp_path: str) -> bool:
     return changed
 
 
-def _order_restored_grid(tuner, args: SweepArgs) -> None:
-    """A sweep saved before grid_order_scheduler existed restores Tune's plain FIFO (the
+def _order_restored_grid(tuner) -> None:
+    """A sweep saved before GridOrderScheduler existed restores Tune's plain FIFO (the
     scheduler is pickled with the run). Tuner.restore takes no scheduler, so put the grid's
-    order in place of a default FIFO here; any other scheduler (ASHA) is left as saved."""
+    order in place of a default FIFO here; any other scheduler is left as saved."""
     from ray.tune.schedulers import FIFOScheduler
 
     from sweeps.scheduling import GridOrderScheduler
 
     config = getattr(getattr(tuner, "_local_tuner", None), "_tune_config", None)
-    if config is None or args.values.get("scheduler", "fifo") != "fifo":
-        return
-    if config.scheduler is None or type(config.scheduler) is FIFOScheduler:
+    if config is not None and (config.scheduler is None or type(config.scheduler) is FIFOScheduler):
         config.scheduler = GridOrderScheduler()
 
 
