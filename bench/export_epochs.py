@@ -1,8 +1,9 @@
 """Every finished epoch of a sweep as one CSV, for bench/results/ (committed between sessions).
 
 Reads OUT/results.parquet when the sweep has finished, else the per-epoch results Tune keeps
-for every trial under OUT/tune (a sweep stopped mid-way, to be continued with --resume): no
-finished epoch is left out either way.
+for every trial under OUT/tune (a sweep stopped mid-way, to be continued with --resume) and
+the rows a `--done` run took over (OUT/done_epochs.csv): no finished epoch is left out either
+way. The CSV is what `--done` reads to continue the grid on another machine.
 
     .venv/bin/python bench/export_epochs.py /work/runs/calib_kim_flat \\
         bench/results/calib_kim_flat/epochs.csv
@@ -24,11 +25,14 @@ if __package__ in (None, ""):
 TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]
 COLUMNS = [*TRIAL_KEYS, "epoch", "train_acc", "test_acc", "mi", "penalty",
            "mi_eval", "mi_eval_cond", "mi_floor", "mi_floor_cond", "time_s", "epoch_s",
-           "selected_epoch", "selected_mi_eval", "selected_mi_eval_cond"]
+           "selected_epoch", "selected_mi_eval", "selected_mi_eval_cond",
+           # what `--done` needs to take a trial over: its id, status and full config
+           "trial_id", "status", "config"]
 
 
 def from_tune(out: Path) -> pd.DataFrame:
     from sweeps.common import flat_config
+    from sweeps.done import DONE_FILE
 
     rows = []
     for path in sorted(out.glob("tune/*/*/result.json")):
@@ -37,8 +41,11 @@ def from_tune(out: Path) -> pd.DataFrame:
                 result = json.loads(line)
                 config = flat_config(result.get("config") or {})
                 rows.append({**{k: config.get(k) for k in (*TRIAL_KEYS, "palette", "stroke",
-                                                            "lr", "batch_size")}, **result})
+                                                            "lr", "batch_size")}, **result,
+                             "config": json.dumps(config, sort_keys=True, default=str)})
     df = pd.DataFrame(rows)
+    if (out / DONE_FILE).is_file():  # the trials this run took over from an earlier one
+        df = pd.concat([pd.read_csv(out / DONE_FILE), df], ignore_index=True)
     if "K" in df.columns:
         df["K"] = df["K"].fillna(0).astype(int)
     return df
@@ -57,7 +64,14 @@ def main() -> int:
     # A trial restarted from a checkpoint reports its re-run epoch again: keep the last.
     keys = [k for k in TRIAL_KEYS if k in df.columns]
     df = df.drop_duplicates([*keys, "epoch"], keep="last")
-    cols = [c for c in COLUMNS if c in df.columns]
+    from sweeps.runner import CONTRACT_COLUMNS, KEPT_COLUMNS
+
+    # COLUMNS first (what earlier exports hold), then every other column results.parquet
+    # keeps, so that a trial `--done` takes over loses none of them.
+    # (selected, experiment and benchmark: the run that reads them back sets its own.)
+    wanted = [*COLUMNS, *(c for c in (*CONTRACT_COLUMNS, *KEPT_COLUMNS) if c not in COLUMNS
+                          and c not in ("selected", "experiment", "benchmark"))]
+    cols = [c for c in wanted if c in df.columns]
     df = df.sort_values([*keys, "epoch"])[cols]
     from analysis.io import atomic_write_text
 

@@ -141,6 +141,7 @@ class SweepArgs:
     resume: bool = False
     overwrite: bool = False
     dry_run: bool = False  # print the trials and settings, start nothing
+    done: Path | None = None  # --done: an earlier run's per-epoch rows (sweeps/done.py)
     tracker: tuple[str, ...] = ()  # sweeps/trackers: the trackers asked for (or resumed)
     tracking_uri: str | None = None
     wandb_project: str | None = None
@@ -333,6 +334,12 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     p.add_argument("--dry-run", action="store_true",
                    help="print every trial's grid point and the settings they share, then "
                         "exit: no data loaded, no Ray started, nothing written")
+    if not search:
+        p.add_argument("--done", type=Path, metavar="CSV",
+                       help="per-epoch rows of an earlier run of this grid (the CSV "
+                            "bench/export_epochs.py writes): trials with all their epochs in "
+                            "CSV are not run again and their rows join the results; for a "
+                            "grid whose Tune state is gone with its machine (else --resume)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",
                        help="continue an interrupted sweep in OUT")
@@ -435,12 +442,19 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
         parser.error(f"argument --root: {root} does not exist")
     if values.get("source") == "mnist" and not values.get("root"):
         values["root"] = "data"
+    done = getattr(ns, "done", None)
+    if done is not None and ns.resume:
+        parser.error("argument --done: starts a new run of the grid; --resume continues "
+                     "OUT's own (which keeps the rows an earlier --done took)")
+    if done is not None and not done.is_file():
+        parser.error(f"argument --done: {done} is not a file")
     check_tracker_flags(parser, ns)
     out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
                      address=ns.address, storage_path=storage, resume=ns.resume,
-                     overwrite=ns.overwrite, dry_run=ns.dry_run, tracker=ns.tracker,
+                     overwrite=ns.overwrite, dry_run=ns.dry_run, done=done,
+                     tracker=ns.tracker,
                      wandb_project=ns.wandb_project,
                      tracking_uri=ns.tracking_uri, explicit=frozenset(explicit))
 

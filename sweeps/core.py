@@ -15,7 +15,7 @@ listed.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -23,6 +23,7 @@ import pandas as pd
 from sweeps import runner, trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.common import POINT_KEY, SweepError
+from sweeps.done import DONE_FILE, done_trials, read_done, split_done
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
 RUN_KEYS = ("epochs", "device", "mi_eval_steps", "select_epoch")
@@ -193,27 +194,33 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     try:
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
+        points, finished, done_line = take_done(spec, args, points)
         if args.dry_run:
-            dry_run(spec, args, points)
+            dry_run(spec, args, points, done_line)
             return 0
         runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
         args.extra.update(facts)
+        keep_done(args, finished)
         trackers.start(args, spec.experiment)
         print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
               f"{args['epochs']} epochs each -> {args.out}", flush=True)
-        for line in lines:
+        for line in [*lines, *done_line]:
             print(line, flush=True)
-        runner.init_ray(args.address)
-        from ray import tune
+        grid = []
+        if points:
+            runner.init_ray(args.address)
+            from ray import tune
 
-        resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
-        grid = runner.run_tuner(args, spec.experiment,
-                         tune.with_parameters(spec.trainable(), **loaded),
-                         spec.param_space(args.values, points), resources,
-                         param_keys=spec.param_keys(), n_trials=len(points))
-        df = runner.results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns())
+            resources = {"cpu": float(args["cpus_per_trial"]),
+                         "gpu": float(args["gpus_per_trial"])}
+            grid = runner.run_tuner(args, spec.experiment,
+                                    tune.with_parameters(spec.trainable(), **loaded),
+                                    spec.param_space(args.values, points), resources,
+                                    param_keys=spec.param_keys(), n_trials=len(points))
+        df = runner.results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns(),
+                                  done=done_trials(finished, spec.fixed_values(args.values)))
         if spec.extra_rows is not None:
             df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
         written = runner.write_outputs(args, spec.experiment, df)
@@ -230,10 +237,41 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     return 0 if runner.all_ok(df) else 1
 
 
-def dry_run(spec: GridSpec, args: SweepArgs, points: list[dict]) -> None:
+def take_done(spec: GridSpec, args: SweepArgs, points: list[dict]
+              ) -> tuple[list[dict], list[tuple[dict, pd.DataFrame]], list[str]]:
+    """The points to run, the points an earlier run finished (`--done CSV`, or on --resume
+    the rows an earlier --done left in OUT) with their rows, and a line saying so."""
+    source = args.done
+    if source is None and args.resume and (args.out / DONE_FILE).is_file():
+        source = args.out / DONE_FILE
+    if source is None:
+        return points, [], []
+    rows = read_done(source, spec.param_keys())
+    todo, finished = split_done(source, rows, points, spec.fixed_values(args.values))
+    return todo, finished, [f"{len(finished)} of {len(points)} trials finished in {source}: "
+                            f"not run again, their rows join the results"]
+
+
+def keep_done(args: SweepArgs, finished: list[tuple[dict, pd.DataFrame]]) -> None:
+    """Keep the rows `--done` took in OUT (a --resume of this run and export_epochs read
+    them there); a new run without --done drops an earlier run's."""
+    from analysis.io import atomic_write_text
+
+    path = args.out / DONE_FILE
+    if args.done is not None and finished:
+        rows = pd.concat([own for _, own in finished], ignore_index=True)
+        atomic_write_text(path, rows.to_csv(index=False))
+    elif not args.resume:
+        path.unlink(missing_ok=True)
+
+
+def dry_run(spec: GridSpec, args: SweepArgs, points: list[dict],
+            notes: Sequence[str] = ()) -> None:
     """What the sweep would run: one line per trial, then the settings every trial shares."""
     print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials, "
           f"{args['epochs']} epochs each -> {args.out} (dry run: nothing started)")
+    for line in notes:
+        print(line)
     keys = [k for k in spec.param_keys() if any(p.get(k) is not None for p in points)]
     rows = [{k: "-" if p.get(k) is None else p[k] for k in keys} for p in points]
     print(pd.DataFrame(rows, dtype=object).to_string(index=False))

@@ -17,7 +17,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -456,9 +456,12 @@ def _finished(result) -> bool:
 
 
 def results_frame(result_grid, experiment: str, benchmark: str,
-                  config_columns: dict[str, str]) -> pd.DataFrame:
-    """One row per trial and epoch. `config_columns` maps result column -> config key."""
-    frames = []
+                  config_columns: dict[str, str],
+                  done: Sequence[tuple[pd.DataFrame, dict, str]] = ()) -> pd.DataFrame:
+    """One row per trial and epoch. `config_columns` maps result column -> config key.
+    `done`: trials an earlier run finished (`--done`, sweeps/done.py) as (epoch rows, flat
+    config, trial id), made rows here exactly as the trials Tune ran."""
+    trials = []
     for result in result_grid:
         df = result.metrics_dataframe
         config = flat_config(result.config or {})
@@ -469,15 +472,19 @@ def results_frame(result_grid, experiment: str, benchmark: str,
             trial_id = str(df["trial_id"].iloc[-1])
             # A restarted trial may have re-reported an epoch: keep the last report of each.
             df = df.drop_duplicates(subset="epoch", keep="last")
+        trials.append((df, config, trial_id, result.error))
+    trials += [(df, config, trial_id, None) for df, config, trial_id in done]
+    frames = []
+    for df, config, trial_id, error in trials:
         df = df.copy()
         df["trial_id"] = trial_id
         for column, key in config_columns.items():
             df[column] = config.get(key, math.nan)
-        df["status"] = "ok" if result.error is None else f"error: {_one_line(result.error)}"
+        df["status"] = "ok" if error is None else f"error: {_one_line(error)}"
         # The trial's full config next to its numbers (reproducibility, issue 9).
         df["config"] = json.dumps(config, sort_keys=True, default=str)
         reported = "train_acc" in df.columns
-        if (result.error is None and reported
+        if (error is None and reported
                 and int(df["epoch"].max()) < int(config.get("epochs", 0))):
             df["status"] = STOPPED_EARLY  # the scheduler (ASHA) stopped it
         if "diverged" in df.columns and df["diverged"].notna().any():
@@ -501,8 +508,7 @@ def results_frame(result_grid, experiment: str, benchmark: str,
     for col in CONTRACT_COLUMNS:
         if col not in df.columns:
             df[col] = math.nan
-    df = df[CONTRACT_COLUMNS + [c for c in df.columns
-                                if c not in CONTRACT_COLUMNS and c in _KEEP_EXTRA]]
+    df = df[CONTRACT_COLUMNS + [c for c in KEPT_COLUMNS if c in df.columns]]
     df = df.astype({"epoch": "int64", "K": "int64", "seed": "int64", "epochs": "int64",
                     "lam": "float64", "sigma": "float64", "trial_id": "string",
                     "node": "string", "status": "string"}, errors="ignore")
@@ -511,10 +517,12 @@ def results_frame(result_grid, experiment: str, benchmark: str,
     return df.sort_values(["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
 
 
-_KEEP_EXTRA = {"eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config",
-               "mi_eval_cond", "selected_epoch", "selected", "penalty", "epoch_s", "eval_s",
-               "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
-               "selected_mi_eval_cond", "guarded_frac"}
+# Columns results.parquet keeps beyond the contract, in this order (whichever trials, Tune's
+# or taken over by --done, brought them).
+KEPT_COLUMNS = ("eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config",
+                "mi_eval_cond", "selected_epoch", "penalty", "epoch_s", "eval_s",
+                "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
+                "selected_mi_eval_cond", "guarded_frac")
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:

@@ -1,0 +1,120 @@
+"""Continue a grid from the per-epoch rows an earlier run of it left (`--done FILE`).
+
+`--resume` continues from Tune's own state in OUT; that state lives on the machine that ran
+the sweep (128 MB for Table 1) and is gone when the machine is. What survives is the CSV of
+every finished epoch `bench/export_epochs.py` writes and the team commits under
+bench/results/. With `--done FILE` a new run of the same grid leaves out every trial whose
+epochs 1..E are all in FILE, runs the rest, and writes results.parquet, tables and figures
+from both, as one run of the whole grid would. A trial FILE holds only part of is run again
+from its first epoch (its checkpoint went with the machine).
+
+A row of FILE belongs to a grid point when method, the data axes, lam, K and seed match; a
+FILE that records each trial's config (`config`, written by export_epochs since this flag
+exists) must also agree with the sweep on every shared setting that changes the numbers, or
+the run is refused before Ray starts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sweeps.common import SweepError
+
+DONE_FILE = "done_epochs.csv"  # OUT/<this>: the rows taken from FILE, for --resume and export
+# Shared settings that do not change a trial's numbers: where the data is, how many threads.
+_NOT_COMPARED = frozenset({"root", "device", "num_threads", "cpus_per_trial",
+                           "gpus_per_trial"})
+
+
+def read_done(path: Path, keys: tuple[str, ...]) -> pd.DataFrame:
+    """FILE's rows; SweepError (one line) when it cannot be read or lacks a key column."""
+    try:
+        rows = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise SweepError(f"--done {path}: cannot read it as CSV ({exc})") from None
+    need = [k for k in (*keys, "epoch") if k != "K"]
+    missing = [k for k in need if k not in rows.columns]
+    if missing:
+        raise SweepError(f"--done {path}: no column {', '.join(missing)} (expected the CSV "
+                         f"bench/export_epochs.py writes)")
+    if "K" not in rows.columns:
+        rows["K"] = 0
+    rows["K"] = rows["K"].fillna(0).astype(int)
+    return rows
+
+
+def _matches(rows: pd.DataFrame, point: dict) -> pd.Series:
+    hit = pd.Series(True, index=rows.index)
+    for key, value in {**point, "K": point.get("K", 0)}.items():
+        if key not in rows.columns:
+            return pd.Series(False, index=rows.index)
+        column = rows[key]
+        if isinstance(value, float):
+            hit &= np.isclose(column.astype(float), value, rtol=0.0, atol=1e-9)
+        else:
+            hit &= column.astype(str) == str(value)
+    return hit
+
+
+def _plain(value: object) -> object:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _check_config(path: Path, point: dict, recorded: str, fixed: dict) -> None:
+    try:
+        config = json.loads(recorded)
+    except (TypeError, ValueError):
+        return  # no config recorded for this trial
+    for key, value in sorted(fixed.items()):
+        if key in _NOT_COMPARED or key not in config:
+            continue
+        if _plain(config[key]) != _plain(value):
+            tag = " ".join(f"{k}={v}" for k, v in point.items())
+            raise SweepError(f"--done {path}: trial {tag} ran with {key}={config[key]}, this "
+                             f"sweep has {key}={value}: not the same grid")
+
+
+def split_done(path: Path, rows: pd.DataFrame, points: list[dict], fixed: dict
+               ) -> tuple[list[dict], list[tuple[dict, pd.DataFrame]]]:
+    """(points still to run, [(point, its rows)] for the points FILE finished)."""
+    epochs = int(fixed["epochs"])
+    todo: list[dict] = []
+    done: list[tuple[dict, pd.DataFrame]] = []
+    for point in points:
+        own = rows[_matches(rows, point)].drop_duplicates("epoch", keep="last")
+        own = own.sort_values("epoch")
+        if set(range(1, epochs + 1)) - set(own["epoch"].astype(int)):
+            todo.append(point)
+            continue
+        own = own[own["epoch"].astype(int) <= epochs]
+        if "config" in own.columns:
+            _check_config(path, point, own["config"].iloc[-1], fixed)
+        done.append((point, own))
+    return todo, done
+
+
+def done_trials(done: list[tuple[dict, pd.DataFrame]], fixed: dict
+                ) -> list[tuple[pd.DataFrame, dict, str]]:
+    """Each finished trial as (its epoch rows, its flat config, its trial id), the form
+    runner.results_frame turns into rows of results.parquet."""
+    out = []
+    for i, (point, own) in enumerate(done):
+        recorded = own["config"].iloc[-1] if "config" in own.columns else None
+        try:
+            config = json.loads(recorded) if isinstance(recorded, str) else None
+        except ValueError:
+            config = None
+        if config is None:  # a FILE written before configs were exported: the sweep's own
+            config = {**fixed, **point}
+        trial_id = own["trial_id"].iloc[-1] if "trial_id" in own.columns else math.nan
+        if not isinstance(trial_id, str):
+            trial_id = f"done_{i:05d}"
+        drop = {"config", "trial_id", "status", "K", *point}
+        metrics = own.drop(columns=[c for c in own.columns if c in drop])
+        out.append((metrics.reset_index(drop=True), {**config, **point}, trial_id))
+    return out

@@ -1,0 +1,141 @@
+"""`--done CSV`: a grid continued on a new machine from the per-epoch rows an earlier run left
+(bench/export_epochs.py), without Tune's state: finished trials are not run again and their
+rows join the results as if one run had done them all."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from tests.test_reliability import TINY, _driver, _one_line_error, _start_driver
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = [*TINY, "--lam", "0,1", "--epochs", "2", "--lr", "0.001"]
+
+
+def _export(out: Path, dest: Path) -> pd.DataFrame:
+    proc = subprocess.run([sys.executable, "bench/export_epochs.py", str(out), str(dest)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return pd.read_csv(dest)
+
+
+def _rows(path: Path, epochs: list[int], lr: float = 0.001) -> Path:
+    """A CSV as export_epochs writes it, holding the ERM trial of GRID (lam 0)."""
+    config = json.dumps({"lr": lr, "epochs": 2, "root": "/elsewhere", "sigma": 0.03})
+    pd.DataFrame([{"method": "mi_backprop", "K": 2, "sigma": 0.03, "lam": 0.0, "seed": 0,
+                   "epoch": e, "train_acc": 0.9, "test_acc": 0.4 + e / 10,
+                   "selected_epoch": 2 if e == 2 else None, "trial_id": "abc_00000",
+                   "status": "ok", "config": config} for e in epochs]).to_csv(path, index=False)
+    return path
+
+
+def test_finished_trials_are_left_out_before_anything_starts(tmp_path):
+    proc = _driver(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2])), "--dry-run",
+                   "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 trials" in proc.stdout.splitlines()[0]
+    assert "1 of 2 trials finished in" in proc.stdout
+    listed = proc.stdout.split("(dry run: nothing started)")[1]
+    assert re.search(r"mi_backprop\s+0\.03\s+1\.0", listed)
+    assert not re.search(r"mi_backprop\s+0\.03\s+0\.0", listed)
+
+
+def test_a_trial_with_epochs_missing_runs_again(tmp_path):
+    proc = _driver(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1])), "--dry-run",
+                   "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "0 of 2 trials finished in" in proc.stdout
+    assert "2 trials" in proc.stdout.splitlines()[0]
+
+
+def test_rows_of_another_grid_are_refused_in_one_line(tmp_path):
+    proc = _driver(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2], lr=0.01)),
+                   "--out", str(tmp_path / "out"))
+    _one_line_error(proc, "ran with lr=0.01, this sweep has lr=0.001")
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_done_flags_are_one_line(tmp_path):
+    _one_line_error(_driver(*GRID, "--done", str(tmp_path / "nope.csv")), "is not a file")
+    _one_line_error(_driver(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2])),
+                            "--resume", "--out", str(tmp_path / "out")),
+                    "--resume continues")
+    (tmp_path / "bad.csv").write_text("sigma,lam\n0.03,0\n")
+    _one_line_error(_driver(*GRID, "--done", str(tmp_path / "bad.csv")), "no column method")
+
+
+def test_a_grid_continued_from_exported_rows_equals_one_run(tmp_path):
+    # First machine: the whole grid (2 trials). Its export is what a session commits.
+    first = _driver(*GRID, "--out", str(tmp_path / "a"), timeout=400)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    exported = _export(tmp_path / "a", tmp_path / "a.csv")
+    assert {"config", "trial_id", "status"} <= set(exported.columns)
+    # Say the machine went while lam 1 was at its second epoch: only lam 0 is whole.
+    cut = exported[~((exported["lam"] == 1.0) & (exported["epoch"] == 2))]
+    cut.to_csv(tmp_path / "cut.csv", index=False)
+
+    second = _driver(*GRID, "--done", str(tmp_path / "cut.csv"), "--out", str(tmp_path / "b"),
+                     timeout=400)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "1 of 2 trials finished in" in second.stdout
+    ran = set(re.findall(r"lam=(\S+) K=2 seed=0: epoch", second.stdout))
+    assert ran == {"1.0"}, ran  # the finished ERM trial did not run again
+
+    keys = ["lam", "epoch"]
+    whole = pd.read_parquet(tmp_path / "a" / "results.parquet").sort_values(keys)
+    joined = pd.read_parquet(tmp_path / "b" / "results.parquet").sort_values(keys)
+    assert list(joined.columns) == list(whole.columns)
+    assert len(joined) == 4 and joined.groupby("lam")["epoch"].nunique().eq(2).all()
+    # Same seeds, same code: the re-run trial and the taken-over one equal the first run.
+    for column in ("test_acc", "train_acc", "mi_eval", "mi_eval_cond", "selected"):
+        pd.testing.assert_series_equal(joined[column].reset_index(drop=True),
+                                       whole[column].reset_index(drop=True), rtol=1e-12)
+    assert (joined["status"] == "ok").all()
+    assert (tmp_path / "b" / "table.md").read_text().count("|") > 10
+
+    # Its export holds both trials (the one taken over too), so a third machine runs nothing.
+    again = _export(tmp_path / "b", tmp_path / "b.csv")
+    assert again.groupby("lam")["epoch"].nunique().to_dict() == {0.0: 2, 1.0: 2}
+    third = _driver(*GRID, "--done", str(tmp_path / "b.csv"), "--out", str(tmp_path / "c"),
+                    timeout=400)
+    assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
+    assert "2 of 2 trials finished in" in third.stdout and "epoch 1/2" not in third.stdout
+    rebuilt = pd.read_parquet(tmp_path / "c" / "results.parquet").sort_values(keys)
+    pd.testing.assert_series_equal(rebuilt["test_acc"].reset_index(drop=True),
+                                   whole["test_acc"].reset_index(drop=True), rtol=1e-12)
+
+
+def test_a_stopped_done_run_resumes_with_the_rows_it_took_over(tmp_path):
+    out = tmp_path / "out"
+    args = [*GRID, "--lam", "0,0.5,1", "--cpus-per-trial", "2", "--out", str(out)]
+    proc = _start_driver([*args, "--done", str(_rows(tmp_path / "e.csv", [1, 2]))])
+    try:
+        deadline = time.time() + 300
+        for line in proc.stdout:
+            if "epoch 1/2" in line:
+                break
+            assert time.time() < deadline, "no epoch reported in time"
+        proc.send_signal(signal.SIGTERM)
+        proc.stdout.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM
+    resumed = _driver(*args, "--resume", timeout=400)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert f"1 of 3 trials finished in {out / 'done_epochs.csv'}" in resumed.stdout
+    df = pd.read_parquet(out / "results.parquet")
+    assert df.groupby("lam")["epoch"].nunique().to_dict() == {0.0: 2, 0.5: 2, 1.0: 2}
+    taken = df[df["lam"] == 0.0].sort_values("epoch")
+    assert taken["test_acc"].round(6).tolist() == [0.5, 0.6]  # the CSV's, not a re-run
+    assert taken["trial_id"].eq("abc_00000").all()
