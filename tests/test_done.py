@@ -109,6 +109,7 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(tmp_path):
                     timeout=400)
     assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
     assert "2 of 2 trials finished in" in third.stdout and "epoch 1/2" not in third.stdout
+    assert "TensorBoard" not in third.stdout  # no Tune run: no event files to point at
     rebuilt = pd.read_parquet(tmp_path / "c" / "results.parquet").sort_values(keys)
     pd.testing.assert_series_equal(rebuilt["test_acc"].reset_index(drop=True),
                                    whole["test_acc"].reset_index(drop=True), rtol=1e-12)

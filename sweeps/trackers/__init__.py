@@ -7,6 +7,7 @@ TRACKERS. The functions below run every tracker the sweep asked for (or was star
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,7 +50,10 @@ def finish(args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
 def hints(args: SweepArgs, storage: str) -> list[str]:
     """The commands that show this sweep: TensorBoard on Tune's event files, then each
     tracker's."""
-    lines = [f"TensorBoard: tensorboard --logdir {shlex.quote(storage)}"]
+    # (No Tune run, no event files: a --done run that had every trial already.)
+    local = "://" not in storage
+    lines = ([f"TensorBoard: tensorboard --logdir {shlex.quote(storage)}"]
+             if not local or os.path.isdir(storage) else [])
     for tracker in active(args):
         lines += tracker.hints(args)
     return lines
