@@ -103,7 +103,7 @@ def done_trials(done: list[tuple[dict, pd.DataFrame]], fixed: dict
     """Each finished trial as (its epoch rows, its flat config, its trial id), the form
     runner.results_frame turns into rows of results.parquet."""
     out = []
-    for i, (point, own) in enumerate(done):
+    for point, own in done:
         recorded = own["config"].iloc[-1] if "config" in own.columns else None
         try:
             config = json.loads(recorded) if isinstance(recorded, str) else None
@@ -112,8 +112,8 @@ def done_trials(done: list[tuple[dict, pd.DataFrame]], fixed: dict
         if config is None:  # a FILE written before configs were exported: the sweep's own
             config = {**fixed, **point}
         trial_id = own["trial_id"].iloc[-1] if "trial_id" in own.columns else math.nan
-        if not isinstance(trial_id, str):
-            trial_id = f"done_{i:05d}"
+        if not isinstance(trial_id, str):  # unique per grid point, whichever run reads it
+            trial_id = "done_" + "_".join(f"{k}{v}" for k, v in sorted(point.items()))
         drop = {"config", "trial_id", "status", "K", *point}
         metrics = own.drop(columns=[c for c in own.columns if c in drop])
         out.append((metrics.reset_index(drop=True), {**config, **point}, trial_id))
