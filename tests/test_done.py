@@ -5,17 +5,15 @@ rows join the results as if one run had done them all."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 
-from tests.test_reliability import TINY, _driver, _one_line_error, _start_driver
+from tests.test_reliability import TINY, _driver, _one_line_error, sigterm_after
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = [*TINY, "--lam", "0,1", "--epochs", "2", "--lr", "0.001"]
@@ -118,20 +116,9 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(tmp_path):
 def test_a_stopped_done_run_resumes_with_the_rows_it_took_over(tmp_path):
     out = tmp_path / "out"
     args = [*GRID, "--lam", "0,0.5,1", "--cpus-per-trial", "2", "--out", str(out)]
-    proc = _start_driver([*args, "--done", str(_rows(tmp_path / "e.csv", [1, 2]))])
-    try:
-        deadline = time.time() + 300
-        for line in proc.stdout:
-            if "epoch 1/2" in line:
-                break
-            assert time.time() < deadline, "no epoch reported in time"
-        proc.send_signal(signal.SIGTERM)
-        proc.stdout.read()
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + signal.SIGTERM
+    returncode, rest = sigterm_after([*args, "--done", str(_rows(tmp_path / "e.csv", [1, 2]))],
+                                     "epoch 1/2")
+    assert returncode == 128 + signal.SIGTERM, rest[-2000:]
     resumed = _driver(*args, "--resume", timeout=400)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert f"1 of 3 trials finished in {out / 'done_epochs.csv'}" in resumed.stdout

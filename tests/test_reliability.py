@@ -38,6 +38,25 @@ def _start_driver(args: list[str]) -> subprocess.Popen:
                             start_new_session=True)
 
 
+def sigterm_after(args: list[str], needle: str) -> tuple[int, str]:
+    """Start the driver, SIGTERM it once a line holding `needle` came; its exit status and
+    the output after that line."""
+    proc = _start_driver(args)
+    try:
+        deadline = time.time() + 300
+        for line in proc.stdout:
+            if needle in line:
+                break
+            assert time.time() < deadline, f"no {needle!r} in time"
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stdout.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, rest
+
+
 def _one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -402,20 +421,8 @@ def test_a_resumed_grid_goes_on_in_the_grids_order(tmp_path):
     out = tmp_path / "out"
     args = [*TINY, "--lam", "0,1", "--seeds", "0,1,2", "--epochs", "2",
             "--cpus-per-trial", "2", "--out", str(out)]
-    proc = _start_driver(args)
-    try:
-        deadline = time.time() + 300
-        for line in proc.stdout:
-            if "epoch 1/2" in line:
-                break
-            assert time.time() < deadline, "no epoch reported in time"
-        proc.send_signal(signal.SIGTERM)
-        first = proc.stdout.read()
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + signal.SIGTERM, first[-2000:]
+    returncode, first = sigterm_after(args, "epoch 1/2")
+    assert returncode == 128 + signal.SIGTERM, first[-2000:]
     resumed = _driver(*args, "--resume", timeout=400)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     finished = re.findall(r"finished \d+/6: (.*)", first + resumed.stdout)
