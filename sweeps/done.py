@@ -55,8 +55,9 @@ def _matches(rows: pd.DataFrame, point: dict) -> pd.Series:
         if key not in rows.columns:
             return pd.Series(False, index=rows.index)
         column = rows[key]
-        if isinstance(value, float):
-            hit &= np.isclose(column.astype(float), value, rtol=0.0, atol=1e-9)
+        if isinstance(value, (int, float)):  # a seed read back as 0.0 is still seed 0
+            hit &= np.isclose(pd.to_numeric(column, errors="coerce"), value, rtol=0.0,
+                              atol=1e-9)
         else:
             hit &= column.astype(str) == str(value)
     return hit
@@ -66,11 +67,18 @@ def _plain(value: object) -> object:
     return json.loads(json.dumps(value, default=str))
 
 
-def _check_config(path: Path, point: dict, recorded: str, fixed: dict) -> None:
+def _recorded_config(own: pd.DataFrame) -> dict | None:
+    """The flat config a trial's rows record, None where FILE has none for it."""
+    recorded = own["config"].iloc[-1] if "config" in own.columns else None
     try:
-        config = json.loads(recorded)
-    except (TypeError, ValueError):
-        return  # no config recorded for this trial
+        return json.loads(recorded) if isinstance(recorded, str) else None
+    except ValueError:
+        return None
+
+
+def _check_config(path: Path, point: dict, config: dict | None, fixed: dict) -> None:
+    if config is None:
+        return
     for key, value in sorted(fixed.items()):
         if key in _NOT_COMPARED or key not in config:
             continue
@@ -93,8 +101,7 @@ def split_done(path: Path, rows: pd.DataFrame, points: list[dict], fixed: dict
             todo.append(point)
             continue
         own = own[own["epoch"].astype(int) <= epochs]
-        if "config" in own.columns:
-            _check_config(path, point, own["config"].iloc[-1], fixed)
+        _check_config(path, point, _recorded_config(own), fixed)
         done.append((point, own))
     return todo, done
 
@@ -105,11 +112,7 @@ def done_trials(done: list[tuple[dict, pd.DataFrame]], fixed: dict
     runner.results_frame turns into rows of results.parquet."""
     out = []
     for point, own in done:
-        recorded = own["config"].iloc[-1] if "config" in own.columns else None
-        try:
-            config = json.loads(recorded) if isinstance(recorded, str) else None
-        except ValueError:
-            config = None
+        config = _recorded_config(own)
         if config is None:  # a FILE written before configs were exported: the sweep's own
             config = {**fixed, **point}
         trial_id = own["trial_id"].iloc[-1] if "trial_id" in own.columns else math.nan
