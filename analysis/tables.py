@@ -361,6 +361,56 @@ def imdb_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[li
     return cells, "\n".join(parts)
 
 
+# ------------------------------------------------------------------- gap to the paper
+
+GAP_STDS = 2.0  # a gap is flagged when it exceeds this many stds
+
+
+def gap_section(cells: Sequence[Cell]) -> str:
+    """Per block: each of our fixed-lambda rows (ERM, the paper's lambda, each competitor)
+    minus its published row, per column, in units of the larger of the two rows' stds (ours
+    over seeds, the paper's as printed; a row with no std, such as the paper's competitors,
+    leaves the other's). Rule rows are left out: their lambda changes with the data."""
+    by_block: dict[str, list[Cell]] = {}
+    for c in cells:
+        by_block.setdefault(c.block, []).append(c)
+    parts: list[str] = []
+    for block, block_cells in by_block.items():
+        grid = {(c.row, c.column): c for c in block_cells}
+        columns = list(dict.fromkeys(c.column for c in block_cells))
+        rows = list(dict.fromkeys(c.row for c in block_cells))
+        body: list[list[str]] = []
+        flagged = compared = 0
+        for ours, pub in partners(rows).items():
+            if not any(grid[k].rule.startswith("fixed") for k in grid if k[0] == ours):
+                continue
+            line = [ours]
+            for col in columns:
+                mine, theirs = grid.get((ours, col)), grid.get((pub, col))
+                if mine is None or theirs is None or not mine.n or not (
+                        np.isfinite(mine.mean) and np.isfinite(theirs.mean)):
+                    line.append(DASH)
+                    continue
+                gap = mine.mean - theirs.mean
+                stds = [s for s in (mine.std, theirs.std) if np.isfinite(s) and s > 0]
+                compared += 1
+                if not stds:
+                    line.append(f"{gap:+.3f} (no std)")
+                    continue
+                units = gap / max(stds)
+                over = abs(units) > GAP_STDS
+                flagged += over
+                line.append(f"{gap:+.3f} ({units:+.1f} std){' **>2**' if over else ''}")
+            body.append(line)
+        if body:
+            parts.append(
+                f"### {block}: ours − published\n\nIn brackets: the gap over the larger of "
+                f"the two rows' stds (ours over seeds, the paper's as printed). "
+                f"{flagged} of {compared} cells differ by more than {GAP_STDS:g} std.\n\n"
+                + md_table(["Row (ours)", *columns], body))
+    return "\n".join(parts)
+
+
 # --------------------------------------------------------------- per-group lambda sections
 
 
@@ -560,10 +610,11 @@ def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
         c1, md1 = builders[bench](finals, rules)
         c2, md2 = lambda_sections(finals, bench, rules)
         cells += c1 + c2
+        md_gap = gap_section(c1)
         md0 = bias_section((experiment or {}).get("bias_strength", [])) if bench == "digits" \
             else ""
         body.append(f"## {bench}: {titles[bench]}\n\n"
-                    + "\n".join(p for p in (md1, md0, md2) if p))
+                    + "\n".join(p for p in (md1, md_gap, md0, md2) if p))
     if not body:
         body.append("No results rows.\n")
     markdown = ("\n".join(head) + "\n" + "\n".join(body) + "\n" + warnings_section(finals)

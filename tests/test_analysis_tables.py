@@ -307,3 +307,22 @@ def test_table_tex_has_one_booktabs_tabular_per_block_and_a_row_per_table_row(
         proc = subprocess.run([engine, "-interaction=nonstopmode", doc.name], cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_gap_to_published_in_stds_flags_only_cells_beyond_two() -> None:
+    rows = digits_rows()  # sigma .030: ERM .6 ± .1, lam 1 .95 (one seed)
+    # lntl .70/.71/.72: .71 ± .01 against Kim's .911 (no std printed): -.201 = -20.1 std
+    for seed, acc in enumerate((0.70, 0.71, 0.72)):
+        rows += trial(method="lntl", lam=0.01, K=0, seed=seed, mi=NAN, test_acc=acc)
+    # confusion, one seed, against Alvi's .794 (no std): no std on either side
+    rows += trial(method="confusion", lam=1.0, K=0, seed=0, mi=NAN, test_acc=0.70)
+    _, md = tables(rows)
+    section = md.split("K=80: ours − published")[1].split("###")[0]
+    # ERM .6 vs .664: -.064 over its own std .1 (> the paper's .007) = -0.6, not flagged
+    assert "| ERM (λ=0) | -0.064 (-0.6 std) |" in section
+    # lam 1, one seed: the paper's std .008 is the only one: -.009 / .008 = -1.1
+    assert "| Ours (λ=1, as the paper) | -0.009 (-1.1 std) |" in section
+    assert "| Kim et al. (ours) (λ=0.01) | -0.201 (-20.1 std) **>2** |" in section
+    assert "| Alvi et al. (ours) (λ=1) | -0.094 (no std) |" in section
+    assert "1 of 4 cells differ by more than 2 std" in section
+    assert "lowest-MI" not in section  # rule rows change lambda with the data: left out
