@@ -545,6 +545,34 @@ def warnings_section(finals: pd.DataFrame) -> str:
                         "reported epoch", "warning"], rows) + "\n")
 
 
+def wall_section(df: pd.DataFrame) -> str:
+    """Wall time per trial of each (benchmark, method, lambda): the sum of its epochs'
+    `epoch_s` (training, evaluation and checkpoint; `time_s`, training alone, where a row
+    has no `epoch_s`), as measured with the sweep's trials side by side."""
+    if df.empty or not ({"epoch_s", "time_s"} & set(df.columns)):
+        return ""
+    seconds = df["epoch_s"].astype(float) if "epoch_s" in df.columns else \
+        pd.Series(math.nan, index=df.index)
+    if "time_s" in df.columns:
+        seconds = seconds.fillna(df["time_s"].astype(float))
+    frame = df.assign(seconds=seconds, lam=df["lam"].astype(float).fillna(-1.0))
+    per_trial = frame.groupby(["benchmark", "method", "lam", "trial_id"], dropna=False).agg(
+        seconds=("seconds", "sum"), epochs=("epoch", "nunique"))
+    rows = []
+    for (bench, method, lam), g in per_trial.groupby(level=[0, 1, 2], sort=True):
+        minutes = g["seconds"] / 60.0
+        std = f" ± {minutes.std():.1f}" if len(g) > 1 else ""
+        rows.append([bench, method, lam_label(lam) if lam >= 0 else DASH, str(len(g)),
+                     f"{g['epochs'].mean():.1f}", f"{minutes.mean():.1f}{std}",
+                     f"{(g['seconds'] / g['epochs']).mean() / 60.0:.2f}",
+                     f"{minutes.sum() / 60.0:.2f}"])
+    return ("## Wall time per trial\n\nThe sum of each trial's `epoch_s` (training, "
+            "evaluation, checkpoint), as the sweep ran its trials side by side; mean ± std "
+            "over trials.\n\n"
+            + md_table(["benchmark", "method", "λ", "trials", "epochs", "min / trial",
+                        "min / epoch", "hours in all"], rows) + "\n")
+
+
 def excluded_section(finals: pd.DataFrame) -> str:
     bad = finals[excluded_mask(finals)]
     text = "## Diverged or failed trials (excluded from means and selection)\n\n"
@@ -617,8 +645,8 @@ def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
                     + "\n".join(p for p in (md1, md_gap, md0, md2) if p))
     if not body:
         body.append("No results rows.\n")
-    markdown = ("\n".join(head) + "\n" + "\n".join(body) + "\n" + warnings_section(finals)
-                + excluded_section(finals))
+    markdown = ("\n".join(head) + "\n" + "\n".join(body) + "\n" + wall_section(df)
+                + warnings_section(finals) + excluded_section(finals))
     tidy = pd.DataFrame([asdict(c) for c in cells], columns=TIDY_COLUMNS)
     tidy["n"] = tidy["n"].astype("Int64")
     tidy = tidy.astype({"mean": "float64", "std": "float64", "lam": "float64"})

@@ -326,3 +326,21 @@ def test_gap_to_published_in_stds_flags_only_cells_beyond_two() -> None:
     assert "| Alvi et al. (ours) (λ=1) | -0.094 (no std) |" in section
     assert "1 of 4 cells differ by more than 2 std" in section
     assert "lowest-MI" not in section  # rule rows change lambda with the data: left out
+
+
+def test_wall_time_per_trial_sums_each_trials_epochs() -> None:
+    rows = digits_rows()  # 3-epoch trials
+    for row in rows:
+        # lam 0: 60 s an epoch (3 min a trial); other lambdas 120 s, one epoch without
+        # epoch_s falls back to its time_s (training alone)
+        row["epoch_s"] = 60.0 if row["lam"] == 0.0 else 120.0
+        if row["lam"] == 0.5 and row["epoch"] == 1:
+            row["epoch_s"] = NAN
+            row["time_s"] = 60.0
+    _, md = tables(rows)
+    section = md.split("## Wall time per trial")[1].split("##")[0]
+    assert "| digits | mi_backprop | λ=0 | 3 | 3.0 | 3.0 ± 0.0 | 1.00 | 0.15 |" in section
+    # lam 0.5: (60 + 120 + 120) s = 5 min a trial, two trials
+    assert "| digits | mi_backprop | λ=0.5 | 2 | 3.0 | 5.0 ± 0.0 | 1.67 | 0.17 |" in section
+    # lam 1: the diverged seed counts too (its time was spent)
+    assert "| digits | mi_backprop | λ=1 | 2 | 3.0 | 6.0 ± 0.0 | 2.00 | 0.20 |" in section
