@@ -5,6 +5,11 @@ for every trial under OUT/tune (a sweep stopped mid-way, to be continued with --
 the rows a `--done` run took over (OUT/done_epochs.csv): no finished epoch is left out either
 way. The CSV is what `--done` reads to continue the grid on another machine.
 
+An existing DEST is merged, not overwritten: a trial of DEST this run does not hold (a run of
+part of the grid, `--method`, `--seeds`), or holds fewer epochs of, keeps its rows from DEST,
+so exporting back into the CSV a run continued never loses a finished epoch. `--replace`
+writes this run's rows alone.
+
     .venv/bin/python bench/export_epochs.py /work/runs/calib_kim_flat \\
         bench/results/calib_kim_flat/epochs.csv
 """
@@ -51,10 +56,40 @@ def from_tune(out: Path) -> pd.DataFrame:
     return df
 
 
+def _trial_key(row: pd.Series, keys: list[str]) -> tuple:
+    """A trial's key, with numbers rounded so that 0.03 read back from a CSV is 0.03."""
+    return tuple(round(float(row[k]), 9) if k != "method" else str(row[k]) for k in keys)
+
+
+def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, int]:
+    """`new`, plus each trial of `old` that `new` lacks or holds fewer epochs of (that
+    trial's rows from `old` replace new's); and how many trials came from `old`."""
+    if old.empty or not set(keys) <= set(old.columns):
+        return new, 0
+    if "K" in old.columns:
+        old = old.assign(K=old["K"].fillna(0).astype(int))
+
+    def epochs(df: pd.DataFrame) -> dict[tuple, int]:
+        key = df.apply(_trial_key, axis=1, keys=keys)
+        return df.groupby(key)["epoch"].nunique().to_dict()
+
+    have, had = epochs(new), epochs(old)
+    from_old = {k for k, n in had.items() if n > have.get(k, 0)}
+    if not from_old:
+        return new, 0
+    new_key = new.apply(_trial_key, axis=1, keys=keys)
+    old_key = old.apply(_trial_key, axis=1, keys=keys)
+    frame = pd.concat([new[~new_key.isin(from_old)], old[old_key.isin(from_old)]],
+                      ignore_index=True)
+    return frame, len(from_old)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the sweep's results directory")
-    p.add_argument("dest", type=Path, help="CSV to write")
+    p.add_argument("dest", type=Path, help="CSV to write (an existing one is merged)")
+    p.add_argument("--replace", action="store_true",
+                   help="write this run's rows alone, dropping DEST's other trials")
     a = p.parse_args()
     parquet = a.out / "results.parquet"
     df = pd.read_parquet(parquet) if parquet.is_file() else from_tune(a.out)
@@ -71,13 +106,17 @@ def main() -> int:
     # (selected, experiment and benchmark: the run that reads them back sets its own.)
     wanted = [*COLUMNS, *(c for c in (*CONTRACT_COLUMNS, *KEPT_COLUMNS) if c not in COLUMNS
                           and c not in ("selected", "experiment", "benchmark"))]
+    kept = 0
+    if a.dest.is_file() and not a.replace:
+        df, kept = merged(df, pd.read_csv(a.dest), keys)
     cols = [c for c in wanted if c in df.columns]
     df = df.sort_values([*keys, "epoch"])[cols]
     from analysis.io import atomic_write_text
 
     a.dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.dest, df.to_csv(index=False))
-    print(f"wrote {a.dest}: {len(df)} epochs of {df.groupby(keys).ngroups} trials")
+    print(f"wrote {a.dest}: {len(df)} epochs of {df.groupby(keys).ngroups} trials"
+          + (f" ({kept} of them kept from the CSV it replaced)" if kept else ""))
     return 0
 
 

@@ -35,3 +35,39 @@ def test_two_methods_at_one_data_point_stay_two_trials_and_reruns_count_once(tmp
     rows = pd.read_csv(dest)
     assert rows.groupby(["method", "K"]).size().to_dict() == {("lntl", 0): 3,
                                                               ("mi_backprop", 80): 3}
+
+
+def _export(out: Path, dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "bench/export_epochs.py", str(out), str(dest),
+                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_exporting_part_of_a_grid_into_the_csv_keeps_its_other_trials(tmp_path):
+    # Session 1 exported trials a (3 epochs) and b (2 epochs); session 2 ran only part of
+    # the grid (a `--method` or `--seeds` run): b again, cut after epoch 1, and a new c.
+    # Exporting it back into the same CSV keeps a and b's two epochs and adds c.
+    first, second = tmp_path / "run1", tmp_path / "run2"
+    a = {"sigma": 0.03, "lam": 1.0, "seed": 0, "method": "mi_backprop", "K": 80}
+    b = {"sigma": 0.045, "lam": 0.01, "seed": 1, "method": "lntl"}
+    c = {"sigma": 0.045, "lam": 0.01, "seed": 2, "method": "lntl"}
+    _trial(first, "a", a, [1, 2, 3])
+    _trial(first, "b", b, [1, 2])
+    _trial(second, "b", b, [1])
+    _trial(second, "c", c, [1, 2, 3])
+    dest = tmp_path / "epochs.csv"
+    _export(first, dest)
+    proc = _export(second, dest)
+    assert "8 epochs of 3 trials (2 of them kept from the CSV it replaced)" in proc.stdout
+    rows = pd.read_csv(dest)
+    assert rows.groupby(["method", "seed"])["epoch"].max().to_dict() == {
+        ("lntl", 1): 2, ("lntl", 2): 3, ("mi_backprop", 0): 3}
+    # a trial the new run holds more epochs of takes the new rows
+    third = tmp_path / "run3"
+    _trial(third, "a", a, [1, 2, 3, 4])
+    _export(third, dest)
+    assert pd.read_csv(dest).query("method == 'mi_backprop'")["epoch"].max() == 4
+    # --replace: this run's rows alone
+    proc = _export(second, dest, "--replace")
+    assert "4 epochs of 2 trials" in proc.stdout and "kept" not in proc.stdout
