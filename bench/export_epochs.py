@@ -68,17 +68,13 @@ def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.Da
         return new, 0
     if "K" in old.columns:
         old = old.assign(K=old["K"].fillna(0).astype(int))
-
-    def epochs(df: pd.DataFrame) -> dict[tuple, int]:
-        key = df.apply(_trial_key, axis=1, keys=keys)
-        return df.groupby(key)["epoch"].nunique().to_dict()
-
-    have, had = epochs(new), epochs(old)
+    new_key = new.apply(_trial_key, axis=1, keys=keys)
+    old_key = old.apply(_trial_key, axis=1, keys=keys)
+    have = new.groupby(new_key)["epoch"].nunique().to_dict()
+    had = old.groupby(old_key)["epoch"].nunique().to_dict()
     from_old = {k for k, n in had.items() if n > have.get(k, 0)}
     if not from_old:
         return new, 0
-    new_key = new.apply(_trial_key, axis=1, keys=keys)
-    old_key = old.apply(_trial_key, axis=1, keys=keys)
     frame = pd.concat([new[~new_key.isin(from_old)], old[old_key.isin(from_old)]],
                       ignore_index=True)
     return frame, len(from_old)
