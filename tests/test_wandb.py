@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -10,7 +13,7 @@ import pytest
 pytest.importorskip("wandb", reason="the wandb extra: pip install -e '.[wandb]'")
 
 from sweeps.trackers.wandb_runs import offline_history, offline_records  # noqa: E402
-from tests.test_tracking import TINY, _driver  # noqa: E402
+from tests.test_tracking import ROOT, TINY, _driver  # noqa: E402
 
 
 def runs_of(out: Path) -> dict[str, dict[int, dict[str, float]]]:
@@ -78,3 +81,47 @@ def test_sweep_logs_one_offline_run_per_trial_and_a_summary(ray_local, tmp_path,
 def test_tracker_flags_are_checked_before_ray(args, needle, tmp_path):
     proc = _driver(*args, "--out", str(tmp_path / "o"), timeout=120)
     assert proc.returncode == 2 and needle in proc.stderr.strip().splitlines()[-1]
+
+
+# One trial's logging actor as Ray runs it (its class, fed by a list in place of Ray's queue
+# actor), then what Ray does once run() returns: kill the actor's child processes and the
+# actor. It prints the child processes still alive at that moment.
+ACTOR_LIFE = """
+import os, signal, sys
+from pathlib import Path
+from ray.air.integrations.wandb import _QueueItem
+from sweeps.trackers.wandb_runs import _trial_runs_callback
+
+class Items:
+    def __init__(self, items):
+        self.items = list(items)
+    def get(self):
+        return self.items.pop(0)
+
+out = sys.argv[1]
+items = [(_QueueItem.RESULT, {"epoch": e, "test_acc": e / 10}) for e in (1, 2)]
+actor = _trial_runs_callback()._logger_actor_cls(
+    logdir=out, queue=Items([*items, (_QueueItem.END, None)]), exclude=[], to_config=[],
+    id="t1", project="p", dir=out, mode="offline")
+actor.run()
+children = [pid for task in Path(f"/proc/{os.getpid()}/task").iterdir()
+            for pid in (task / "children").read_text().split()]
+print("alive after run:", children, flush=True)
+for pid in children:
+    os.kill(int(pid), signal.SIGKILL)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_a_trials_run_file_is_whole_when_its_logging_actor_returns(tmp_path):
+    """Ray kills a logging actor and its children (wandb-core) as soon as run() returns;
+    wandb.finish() alone left wandb-core running with the run file not yet written out."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", ACTOR_LIFE, str(tmp_path)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert "alive after run: []" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (path,) = (tmp_path / "wandb").glob("offline-run-*/run-t1.wandb")
+    run_id, history = offline_history(path)
+    assert run_id == "t1"
+    assert {step: m["test_acc"] for step, m in history.items()} == {1: 0.1, 2: 0.2}

@@ -146,6 +146,18 @@ def _trial_runs_callback():
             log["training_iteration"] = int(epoch)  # the step Ray's actor logs at
             return log, {}
 
+        def run(self) -> None:
+            """Ray's loop (log each queued result, finish at END), then wandb-core shut down
+            before returning. `wandb.finish()` only posts the run's close to wandb-core, which
+            writes the run file out when it handles it; Ray kills this actor and its child
+            processes as soon as run() returns, so under load wandb-core died first and the
+            offline run file lost every record it held (a trial's whole history, seen in CI).
+            `wandb.teardown()` waits for wandb-core to close its runs and exit."""
+            try:
+                super().run()
+            finally:
+                self._wandb.teardown()
+
     class TrialRuns(WandbLoggerCallback):
         """One W&B run per trial, id = trial id, config = the flat config, grid-point tags."""
 
