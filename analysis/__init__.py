@@ -42,14 +42,16 @@ are averaged per lambda first; a lambda with no kept trial is not a candidate.
 
 Tables (``table.md`` / ``table.parquet``)
 -----------------------------------------
-Cells are final-epoch values, mean ± std over seeds (pandas default std, ddof=1) with n. Per
-benchmark present: the paper's table (digits: Table 1, columns = sigma; German: Table 3, Acc.
-and EO; IMDB: Table 2, EB1→EB2, EB1→Test, EB2→EB1, EB2→Test), one block per K, with our rows
-(λ=0, the paper's λ, one row per rule showing the chosen λ) and the paper's numbers labelled
-"(published)"; then per group the per-λ final metrics, each rule's choice with its gap to the
-oracle and reason, and the Spearman correlation between final MI and test accuracy across
-lambdas (NaN with a note for fewer than 3). ``table.parquet`` is the tidy form:
-benchmark, block, row, column, mean, std, n, source ("ours"/"published"), rule, lam.
+Cells are each trial's reported epoch (the one a label-free stopping rule picked where the
+rows mark one, `selected`; else the last), mean ± std over seeds (pandas default std,
+ddof=1) with n. Per benchmark present: the paper's table (digits: Table 1, columns = sigma;
+German: Table 3, Acc. and EO; IMDB: Table 2, EB1→EB2, EB1→Test, EB2→EB1, EB2→Test), one
+block per K, with our rows (λ=0, the paper's λ, one row per rule showing the chosen λ) and
+the paper's numbers labelled "(published)"; then per group the per-λ final metrics, each
+rule's choice with its gap to the oracle and reason, and the Spearman correlation between
+final MI and test accuracy across lambdas (NaN with a note for fewer than 3).
+``table.parquet`` is the tidy form: benchmark, block, row, column, mean, std, n, source
+("ours"/"published"), rule, lam.
 
 Figures (``figures/``)
 ----------------------

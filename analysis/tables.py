@@ -1,7 +1,8 @@
-"""The paper's tables from final-epoch rows, as markdown (`table.md`) and a tidy frame
+"""The paper's tables from each trial's reported row, as markdown (`table.md`) and a tidy frame
 (`table.parquet`: benchmark, block, row, column, mean, std, n, source, rule, lam).
 
-Every number is a final-epoch value, averaged over the kept (non-diverged) seeds of one
+Every number is a trial's reported epoch (the row a label-free stopping rule picked, else its
+last; `analysis.results.final_rows`), averaged over the kept (non-diverged) seeds of one
 lambda; std is pandas' default sample std (ddof=1), NaN for a single seed.
 """
 
@@ -608,6 +609,15 @@ def bias_section(bias: Sequence[dict]) -> str:
             + md_table(["palette, stroke"] + [sigma_label(s) for s in sigmas], rows))
 
 
+def cell_source(df: pd.DataFrame) -> str:
+    """Which epoch of a trial the cells are: the one a label-free stopping rule picked
+    (`selected`, see `final_rows`) where the rows mark one, else the last."""
+    if "selected" in df.columns and df["selected"].fillna(False).astype(bool).any():
+        return ("each trial's reported epoch (the one its label-free stopping rule picked, "
+                "column `epoch` below; its last epoch where the rule picked none)")
+    return "each trial's final-epoch value"
+
+
 def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
                  rules: Sequence[SelectionRule] | None = None,
                  experiment: dict | None = None) -> tuple[pd.DataFrame, str]:
@@ -622,7 +632,7 @@ def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
         f"# Results: {experiments}\n",
         f"{len(df)} rows, {df['trial_id'].nunique()} trials, "
         f"{int(excluded_mask(finals).sum()) if len(finals) else 0} excluded.\n",
-        "Cells: final-epoch value, mean ± std over seeds (n = seeds with a value). std is "
+        f"Cells: {cell_source(df)}, mean ± std over seeds (n = seeds with a value). std is "
         "pandas' default sample std (ddof=1); shown only for n ≥ 2. \"(published)\" rows are "
         "the paper's numbers. Rows named after a rule report the λ that rule chose (in the "
         f"cell). Selection: {tol} (absolute) of the best λ; ties → higher λ.\n",

@@ -55,6 +55,19 @@ def test_analysis_reports_the_selected_row_not_the_last():
     assert isinstance(finals_old, pd.DataFrame)
 
 
+def test_table_md_says_its_cells_are_the_reported_epoch_when_a_rule_picked_one():
+    from analysis.results import final_rows
+    from analysis.synthetic import frame, trial
+    from analysis.tables import build_tables
+
+    df = frame(trial(lam=1.0, epochs=3, trial_id="a") + trial(lam=0.0, epochs=3, trial_id="b"))
+    _, plain_md = build_tables(df, final_rows(df))
+    assert "final-epoch value" in plain_md and "reported epoch" not in plain_md
+    df["selected"] = [False, True, False, False, False, True]
+    _, picked_md = build_tables(df, final_rows(df))
+    assert "reported epoch" in picked_md and "final-epoch value" not in picked_md
+
+
 # -- issue 18: a sound stopping rule ------------------------------------------------------------
 
 def test_nan_or_infinite_estimates_are_never_picked_and_never_crash():
