@@ -186,6 +186,14 @@ def _exclusion_reason(trial: pd.DataFrame, final: pd.Series, mi_methods: set[str
     return ""
 
 
+def selected_mask(df: pd.DataFrame) -> pd.Series:
+    """Rows a label-free stopping rule marked as its trial's reported epoch (`selected`);
+    all False where the rows have no such column."""
+    if "selected" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["selected"].fillna(False).astype(bool)
+
+
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     """One row per trial: the row marked `selected` (a label-free stopping rule's epoch),
     else the row with the largest epoch, plus `excluded` (bool) and `reason` (str, empty for
@@ -198,7 +206,7 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     ordered = df.sort_values(["trial_id", "epoch"], kind="stable")
     if "selected" in ordered.columns:
         # The row a label-free stopping rule chose (one per trial), else the last one.
-        picked = ordered["selected"].fillna(False).astype(bool)
+        picked = selected_mask(ordered)
         has_pick = picked.groupby(ordered["trial_id"]).transform("any")
         last = ~ordered.duplicated("trial_id", keep="last")
         ordered_final = ordered[(picked & has_pick) | (last & ~has_pick)]

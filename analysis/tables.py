@@ -24,6 +24,7 @@ from analysis.results import (
     group_keys,
     lam_label,
     per_lambda,
+    selected_mask,
     sigma_label,
     spearman,
     with_lam,
@@ -612,7 +613,7 @@ def bias_section(bias: Sequence[dict]) -> str:
 def cell_source(df: pd.DataFrame) -> str:
     """Which epoch of a trial the cells are: the one a label-free stopping rule picked
     (`selected`, see `final_rows`) where the rows mark one, else the last."""
-    if "selected" in df.columns and df["selected"].fillna(False).astype(bool).any():
+    if selected_mask(df).any():
         return ("each trial's reported epoch (the one its label-free stopping rule picked, "
                 "column `epoch` below; its last epoch where the rule picked none)")
     return "each trial's final-epoch value"
