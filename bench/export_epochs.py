@@ -28,6 +28,8 @@ if __package__ in (None, ""):
 
 # One trial: its method, K (0 for methods without one, as in results.parquet) and data point.
 TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]
+# Grid axes some sweeps add (sweeps/critic_ablation.py): part of a trial's key where present.
+AXIS_KEYS = ["mine_standardize", "mi_guard"]
 COLUMNS = [*TRIAL_KEYS, "epoch", "train_acc", "test_acc", "mi", "penalty",
            "mi_eval", "mi_eval_cond", "mi_floor", "mi_floor_cond", "time_s", "epoch_s",
            "selected_epoch", "selected_mi_eval", "selected_mi_eval_cond",
@@ -45,8 +47,11 @@ def from_tune(out: Path) -> pd.DataFrame:
             if line.strip():
                 result = json.loads(line)
                 config = flat_config(result.get("config") or {})
+                axes = {k: config[k] for k in AXIS_KEYS if k in result.get("config", {})
+                        .get("point", {})}
                 rows.append({**{k: config.get(k) for k in (*TRIAL_KEYS, "palette", "stroke",
-                                                            "lr", "batch_size")}, **result,
+                                                            "lr", "batch_size")}, **axes,
+                             **result,
                              "config": json.dumps(config, sort_keys=True, default=str)})
     df = pd.DataFrame(rows)
     if (out / DONE_FILE).is_file():  # the trials this run took over from an earlier one
@@ -58,7 +63,8 @@ def from_tune(out: Path) -> pd.DataFrame:
 
 def _trial_key(row: pd.Series, keys: list[str]) -> tuple:
     """A trial's key, with numbers rounded so that 0.03 read back from a CSV is 0.03."""
-    return tuple(round(float(row[k]), 9) if k != "method" else str(row[k]) for k in keys)
+    return tuple(str(row[k]) if k == "method" or k in AXIS_KEYS else round(float(row[k]), 9)
+                 for k in keys)
 
 
 def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, int]:
@@ -94,6 +100,7 @@ def main() -> int:
         return 2
     # A trial restarted from a checkpoint reports its re-run epoch again: keep the last.
     keys = [k for k in TRIAL_KEYS if k in df.columns]
+    keys += [k for k in AXIS_KEYS if k in df.columns and df[k].notna().all()]
     df = df.drop_duplicates([*keys, "epoch"], keep="last")
     from sweeps.runner import CONTRACT_COLUMNS, KEPT_COLUMNS
 

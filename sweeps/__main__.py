@@ -15,6 +15,7 @@ DRIVERS = {
     "german": "sweeps.german_grid",
     "imdb": "sweeps.imdb_grid",
     "k_ablation": "sweeps.k_ablation",
+    "critic_ablation": "sweeps.critic_ablation",
     "lambda_search": "sweeps.lambda_search",
     "rerun": "sweeps.rerun",  # not a benchmark: re-runs a finished sweep's picks on new seeds
 }

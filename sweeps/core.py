@@ -119,7 +119,9 @@ class GridSpec:
         in this order, so a grid cut off by a session's end holds whole seeds, and within a
         seed the first method's ERM and lambda rows at every sigma before any competitor."""
         methods = list(values.get("method") or ["mi_backprop"])
-        axes = [[(key, v) for v in values[key]] for key in self.data_axes]
+        # A flag sets one value of an axis (`--no-mi-guard` on the critic ablation).
+        axes = [[(key, v) for v in (values[key] if isinstance(values[key], list)
+                                    else [values[key]])] for key in self.data_axes]
         own = values.get("method_lam") or {}
         erm = [0.0] if any(lam == 0 for lam in values["lam"]) else []
         lams = {m: erm + [v for v in own[m] if v != 0] if m in own else list(values["lam"])

@@ -78,13 +78,15 @@ def _trainable():
 
 
 def spec(prog: str = "digits_grid.py", description: str = __doc__.splitlines()[0],
-         presets: dict | None = None, experiment: str = EXPERIMENT) -> GridSpec:
-    """The digits grid; k_ablation.py is the same with its own presets and experiment."""
+         presets: dict | None = None, experiment: str = EXPERIMENT,
+         data_axes: tuple[str, ...] = ("sigma",)) -> GridSpec:
+    """The digits grid; k_ablation.py and critic_ablation.py are the same with their own
+    presets and experiment (critic_ablation.py with the critic options as data axes)."""
     return GridSpec(
         prog=prog, description=description, experiment=experiment, benchmark="digits",
         presets=DIGITS if presets is None else presets, build_keys=BUILD_KEYS,
-        data_axes=("sigma",), load=_load, trainable=_trainable,
-        summary_columns=("method", "sigma", "lam", "K", "seed", "epoch", "train_acc",
+        data_axes=data_axes, load=_load, trainable=_trainable,
+        summary_columns=("method", *data_axes, "lam", "K", "seed", "epoch", "train_acc",
                          "test_acc", "mi", "mi_eval", "status"),
         out_name=None if experiment == EXPERIMENT else experiment, describe=_describe)
 

@@ -55,7 +55,9 @@ def _matches(rows: pd.DataFrame, point: dict) -> pd.Series:
         if key not in rows.columns:
             return pd.Series(False, index=rows.index)
         column = rows[key]
-        if isinstance(value, (int, float)):  # a seed read back as 0.0 is still seed 0
+        if isinstance(value, bool):  # a critic axis (True, read back from CSV as True/"True")
+            hit &= column.astype(str).str.lower() == str(value).lower()
+        elif isinstance(value, (int, float)):  # a seed read back as 0.0 is still seed 0
             hit &= np.isclose(pd.to_numeric(column, errors="coerce"), value, rtol=0.0,
                               atol=1e-9)
         else:

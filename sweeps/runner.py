@@ -522,7 +522,9 @@ def results_frame(result_grid, experiment: str, benchmark: str,
 KEPT_COLUMNS = ("eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config",
                 "mi_eval_cond", "selected_epoch", "penalty", "epoch_s", "eval_s",
                 "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
-                "selected_mi_eval_cond", "guarded_frac")
+                "selected_mi_eval_cond", "guarded_frac",
+                # the critic ablation's axes (sweeps/critic_ablation.py)
+                "mine_standardize", "mi_guard")
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:
