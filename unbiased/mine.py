@@ -137,11 +137,14 @@ class MINE(nn.Module):
         log_mean_exp = torch.logsumexp(t_marg, dim=0) - math.log(t_marg.shape[0])
         with torch.no_grad():
             rate = self.ema_rate
-            if torch.isnan(self.log_ema) or rate == 1.0:
+            if rate == 1.0:
                 self.log_ema.copy_(log_mean_exp)
             else:
-                self.log_ema.copy_(torch.logaddexp(self.log_ema + math.log1p(-rate),
-                                                   log_mean_exp + math.log(rate)))
+                # The first step (log_ema still NaN) starts the average; chosen on the device,
+                # as `if isnan` would make the host wait for it at each of the K inner steps.
+                moved = torch.logaddexp(self.log_ema + math.log1p(-rate),
+                                        log_mean_exp + math.log(rate))
+                self.log_ema.copy_(torch.where(torch.isnan(self.log_ema), log_mean_exp, moved))
         # d/dphi of exp(lme - log_ema) = grad E[exp T] / ema: the corrected denominator.
         surrogate = t_joint.mean() - torch.exp(log_mean_exp - self.log_ema.detach())
         return -surrogate, estimate.detach()
