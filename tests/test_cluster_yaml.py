@@ -81,3 +81,39 @@ def test_a_typo_fails_validation(cluster, mutate):
     mutate(broken)
     with pytest.raises((jsonschema.ValidationError, ValueError)):
         _validate(broken)
+
+
+def test_gpu_nodes_name_one_ami_and_the_head_stops_on_its_placeholder(cluster):
+    # Ray's default AMI (filled in when ImageId is "" or "latest_dlami") has an unknown driver;
+    # the cu130 torch wheel needs >= 580. Both GPU types read one ImageId (a YAML anchor).
+    prepared = _validate(cluster)
+    gpu = [t for name, t in prepared["available_node_types"].items()
+           if name != prepared["head_node_type"]]
+    amis = {t["node_config"].get("ImageId", "") for t in gpu}
+    assert len(amis) == 1 and amis.pop().lower() not in ("", "latest_dlami")
+    guard = [c for c in prepared["head_setup_commands"] if "CHANGE-ME" in c and "ImageId" in c]
+    assert len(guard) == 1 and "sys.exit(" in guard[0]
+
+
+def test_torch_is_installed_pinned_before_the_project_on_every_node(cluster):
+    prepared = _validate(cluster)
+    assert not prepared.get("setup_commands")  # a common command would run before the pins
+    for role, build in (("head", "cpu"), ("worker", "cu")):
+        commands = prepared[f"{role}_setup_commands"]
+        torch_at = [i for i, c in enumerate(commands) if "--index-url" in c and "torch==" in c]
+        project_at = [i for i, c in enumerate(commands) if "-e ~/unbiased-mi" in c]
+        assert len(torch_at) == 1 and len(project_at) == 1 and torch_at[0] < project_at[0]
+        # installed once: skipped when the pinned versions import already
+        assert re.match(r'python -c ".*__version__.*" 2>/dev/null \|\| pip install ',
+                        commands[torch_at[0]])
+        assert f"download.pytorch.org/whl/{build}" in commands[torch_at[0]]
+        # the project's install names the same pins, so pip keeps them
+        pins = sorted(re.findall(r"\btorch(?:vision)?==\S+", commands[torch_at[0]]))
+        assert pins and pins == sorted(re.findall(r"\btorch(?:vision)?==\S+",
+                                                  commands[project_at[0]]))
+    assert not any("+cu" in c or "whl/cu" in c for c in prepared["head_setup_commands"])
+    # a GPU worker whose torch cannot see the GPU fails its setup, saying why
+    check = prepared["worker_setup_commands"][-1]
+    assert "torch.cuda.is_available()" in check and "nvidia-smi" in check
+    assert "torch.version.cuda" in check and "sys.exit(" in check
+    assert "!" not in check  # Ray runs setup in `bash -i`: "!" would be history expansion
