@@ -125,7 +125,8 @@ STORAGE_ENV = "UNBIASED_STORAGE_PATH"
 SCHEDULERS = ("fifo", "asha")
 # Values a preset may leave out.
 _FALLBACKS: dict[str, object] = {"device": "auto", "scheduler": "fifo",
-                                 "method": ["mi_backprop"]}
+                                 "method": ["mi_backprop"], "mi_eval_every": 1,
+                                 "deterministic": False}
 
 
 @dataclass
@@ -170,6 +171,7 @@ _OVERRIDES = {
     "head_lr": "head_lr", "hsic_bandwidth": "hsic_bandwidth", "mu": "mu",
     "eval_batch_size": "eval_batch_size", "train_eval_rows": "train_eval_rows",
     "rescale_mi_grad": "rescale_mi_grad", "select_epoch": "select_epoch",
+    "mi_eval_every": "mi_eval_every", "deterministic": "deterministic",
     "z_relu": "z_relu", "width": "width", "palette": "palette", "stroke": "stroke",
     "scheduler": "scheduler", "samples": "samples", "lam_range": "lam_range",
     # IMDB only (build_parser(imdb=True))
@@ -307,6 +309,12 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                             "where the grey digit is > 128 of 255, black elsewhere (Kim's files)")
     p.add_argument("--mi-eval-steps", type=POS_INT,
                    help="training steps of the fresh statistics network behind mi_eval")
+    p.add_argument("--mi-eval-every", type=POS_INT,
+                   help="with a label-free --select-epoch: re-estimate MI every N epochs "
+                        "(and at the last) and pick among those epochs")
+    p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None,
+                   help="deterministic cuDNN and algorithms, TF32 off: on a GPU the same "
+                        "config and seed then repeat their numbers, as on CPU (slower)")
     p.add_argument("--root", help="data root (downloads land here; offline files are read "
                                   "from here)")
     p.add_argument("--cpus-per-trial", type=POS_FLOAT, help="CPUs per trial (also torch threads)")

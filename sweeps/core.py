@@ -26,7 +26,8 @@ from sweeps.common import POINT_KEY, SweepError
 from sweeps.done import DONE_FILE, done_trials, read_done, split_done
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
-RUN_KEYS = ("epochs", "device", "mi_eval_steps", "select_epoch")
+RUN_KEYS = ("epochs", "device", "mi_eval_steps", "mi_eval_every", "select_epoch",
+            "deterministic")
 # Values the driver uses itself; they never reach a trial as such.
 DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
                          "scheduler", "samples", "lam_range", "weights", "method_lam"})
@@ -200,6 +201,8 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         if args.dry_run:
             dry_run(spec, args, points, done_line)
             return 0
+        if points:
+            check_local_gpu(args)
         runner.check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
@@ -237,6 +240,28 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     for line in trackers.hints(args, runner.storage_dir(args)):
         print(line)
     return 0 if runner.all_ok(df) else 1
+
+
+def check_local_gpu(args: SweepArgs) -> None:
+    """A local sweep (no --address) that asks for a GPU on a machine torch sees none on would
+    wait forever for Ray to place its trials (--gpus-per-trial) or fail every trial
+    (--device cuda): one line before Ray starts instead. A cluster's GPUs are its workers'."""
+    device = str(args.values.get("device", "auto"))
+    gpus = float(args.values.get("gpus_per_trial", 0) or 0)
+    if args.address or not (device.startswith("cuda") or gpus > 0):
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    asked = " and ".join(part for part in (
+        f"--device {device}" if device.startswith("cuda") else "",
+        f"--gpus-per-trial {gpus:g}" if gpus > 0 else "") if part)
+    build = (f"torch {torch.__version__}, "
+             + (f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"))
+    raise SweepError(f"{asked} (preset {args.preset}), but torch sees no CUDA device on this "
+                     f"machine ({build}): run it where a GPU is, join a GPU cluster with "
+                     f"--address, or pass --device cpu --gpus-per-trial 0")
 
 
 def take_done(spec: GridSpec, args: SweepArgs, points: list[dict]

@@ -194,10 +194,35 @@ def init_ray(address: str | None) -> None:
         else:
             # "local": always a fresh instance, never one found through RAY_ADDRESS or a
             # `ray start` on this machine (/tmp/ray/ray_current_cluster).
-            ray.init(address="local", include_dashboard=False)
+            _init_local_ray(ray)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SweepError(f"cannot connect to Ray at --address {address}: {first}") from None
+
+
+def _init_local_ray(ray) -> None:
+    """Start a local Ray whose processes (GCS, raylet, monitors) run in sessions of their own:
+    a SIGTERM to the driver's process group (`timeout`, `kill -- -PGID`, a scheduler's cancel)
+    then reaches the driver alone, and StopSignals saves the state before shutting them down.
+    In the driver's group they died at once and the driver hung 60 s on the lost GCS, saving
+    nothing. They still die with the driver: Ray sets PR_SET_PDEATHSIG on them."""
+    from ray._private import services, utils
+
+    popen = getattr(services, "ConsolePopen", None)  # what ray.init starts them with
+    if popen is None or not utils.detect_fate_sharing_support():
+        # Without PR_SET_PDEATHSIG Ray's reaper kills them by the driver's group: leave it.
+        ray.init(address="local", include_dashboard=False)
+        return
+
+    class OwnSession(popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "start_new_session": True})
+
+    services.ConsolePopen = OwnSession
+    try:
+        ray.init(address="local", include_dashboard=False)
+    finally:
+        services.ConsolePopen = popen
 
 
 def progress_callback(param_keys: tuple[str, ...], n_trials: int):
@@ -219,6 +244,10 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int):
             return " ".join(f"{k}={config[k]}" for k in param_keys if k in config)
 
         def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+            if result.get("device_error"):
+                print(f"[{time.time() - self.start:6.0f}s] {self._tag(trial)}: error: "
+                      f"{result['device_error']} (not retried)", flush=True)
+                return
             fields = [f"epoch {result.get('epoch')}/{trial.config.get('epochs')}"]
             for key in ("train_acc", "test_acc", "mi", "penalty", "mi_eval", "mi_eval_cond",
                         "eo"):
@@ -452,7 +481,8 @@ def _finished(result) -> bool:
     epochs = flat_config(result.config or {}).get("epochs")
     if result.error is not None or "epoch" not in metrics:
         return False  # a trial that never reported has no config in its result either
-    return metrics["epoch"] == epochs or bool(metrics.get("diverged"))
+    return (metrics["epoch"] == epochs or bool(metrics.get("diverged"))
+            or bool(metrics.get("device_error")))
 
 
 def results_frame(result_grid, experiment: str, benchmark: str,
@@ -490,6 +520,9 @@ def results_frame(result_grid, experiment: str, benchmark: str,
         if "diverged" in df.columns and df["diverged"].notna().any():
             # The trial stopped itself (NaN/inf loss or MI): analysis leaves it out.
             df["status"] = str(df["diverged"].dropna().iloc[-1])
+        if "device_error" in df.columns and df["device_error"].notna().any():
+            # The trial could not use the device it was given: stopped once, not retried.
+            df["status"] = "error: " + str(df["device_error"].dropna().iloc[-1])
         if df["status"].iloc[0] == "ok":
             # Ran to the end, but its numbers come with a caveat (kept in every mean).
             warnings = [critic_warning(df)]

@@ -35,3 +35,21 @@ def alive(pid: int, start: str) -> bool:
     except OSError:
         return False
     return fields[0] != "Z" and fields[19] == start
+
+
+def with_text(text: str) -> dict[int, str]:
+    """pid -> start time of every live process whose command line holds `text` (a Ray
+    session's directory names every process of that Ray, wherever it was reparented)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if text not in (entry / "cmdline").read_text(errors="replace"):
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            found[int(entry.name)] = fields[19]
+    return found

@@ -56,12 +56,55 @@ def divergence(metrics: dict, keys: tuple[str, ...] = ("loss_task", "penalty", "
             + ", ".join(f"{k}={metrics[k]}" for k in bad))
 
 
-def pick_device(requested: str) -> torch.device:
+class DeviceError(RuntimeError):
+    """A trial was given a device it cannot use: a configuration fault, not a lost node, so
+    the trial stops once instead of being retried."""
+
+
+def torch_build() -> str:
+    """What torch sees and was built for, for a device error."""
+    cuda = torch.version.cuda
+    return (f"torch {torch.__version__} ({'CUDA ' + cuda + ' build' if cuda else 'CPU-only build'}"
+            f"), torch.cuda.is_available() = {torch.cuda.is_available()}, "
+            f"{torch.cuda.device_count() if cuda else 0} CUDA devices visible, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}")
+
+
+def pick_device(requested: str, gpu_ids: list | None = None) -> torch.device:
+    """The trial's device. `auto` is cuda when the trial was given GPUs (`gpu_ids`, what Ray
+    assigned it) or, outside Ray, when CUDA is available. A trial given a GPU (or `cuda`) that
+    torch cannot see is a DeviceError: training on one CPU thread instead would go unnoticed."""
+    wants_cuda = requested.startswith("cuda") or (requested == "auto" and bool(gpu_ids))
+    if wants_cuda and not torch.cuda.is_available():
+        given = f"GPUs {list(gpu_ids)} from Ray" if gpu_ids else "no GPU from Ray"
+        raise DeviceError(f"device {requested!r} with {given}, but {torch_build()}")
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {requested!r} requested but CUDA is not available")
     return torch.device(requested)
+
+
+def trial_gpu_ids() -> list:
+    """The GPUs Ray gave this trial (empty outside a Ray worker or without GPUs)."""
+    try:
+        return list(ray.get_gpu_ids()) if ray.is_initialized() else []
+    except Exception:  # noqa: BLE001 - outside a worker Ray may refuse; then there are none
+        return []
+
+
+def set_deterministic(device: torch.device) -> None:
+    """--deterministic: the same config and seed give the same numbers on one GPU model, as
+    they do on CPU: deterministic cuDNN and algorithms (an op without one raises), no TF32
+    (it rounds matmuls and convolutions to 10-bit mantissas), no cuDNN autotuning."""
+    if device.type == "cuda":
+        # cuBLAS needs a fixed workspace to be deterministic; read when it first starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # warn_only: an op without a deterministic kernel warns (in the trial's log) instead of
+    # ending the trial; none of the digits methods' ops is one on CPU or CUDA.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 
 def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
@@ -73,13 +116,26 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     config = {**{k: v for k, v in config.items() if k != "point"}, **(config.get("point") or {})}
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
-    device = pick_device(str(config.get("device", "auto")))
+    try:
+        device = pick_device(str(config.get("device", "auto")), trial_gpu_ids())
+    except DeviceError as exc:
+        # Reported, not raised: Tune would retry a raised error max_failures times.
+        print(f"error: {exc}", flush=True)
+        tune.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
+        return
+    config = {**config, "device": str(device)}  # the build puts its tensors there too
+    if config.get("deterministic"):
+        set_deterministic(device)
     epochs = int(config["epochs"])
     seed = int(config["seed"])
     select = str(config.get("select_epoch", "last"))
     if select not in SELECT_EPOCH_RULES:
         raise ValueError(f"select_epoch must be one of {SELECT_EPOCH_RULES}, got {select!r}")
     mi_steps = int(config.get("mi_eval_steps", 2000))
+    # The stopping rule re-estimates MI every `mi_eval_every` epochs and at the last, and
+    # picks among those epochs: on a long schedule a re-estimate every epoch would cost more
+    # than the training (docs/MEASURED.md, "Re-estimation cost").
+    every = int(config.get("mi_eval_every", 1))
     method = str(config.get("method", DEFAULT_METHOD))
     bench = build(config).to(device)
     algo = make_method(method, bench, config, seed=seed, device=device)
@@ -98,9 +154,13 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     resumed = checkpoint is not None
     if checkpoint is not None:
         with checkpoint.as_directory() as ckpt_dir:
-            state = torch.load(os.path.join(ckpt_dir, CHECKPOINT_FILE), map_location=device,
+            # On the CPU: RNG states must stay CPU byte tensors (map_location=cuda moved them
+            # onto the GPU, and every restore on a GPU crashed); load_state_dict copies the
+            # weights and optimiser states onto the trial's device.
+            state = torch.load(os.path.join(ckpt_dir, CHECKPOINT_FILE), map_location="cpu",
                                weights_only=False)
-        algo.load_state_dict(state)
+        for note in algo.load_state_dict(state):
+            print(f"restore: {note}", flush=True)
     # lowest_mi: every epoch's (train_acc, mi_eval), and the weights of the epochs the rule
     # could still pick (a small Pareto set), kept in the checkpoint so a restart loses nothing.
     records = [EpochRecord(**r) for r in (state.get("records", []) if resumed else [])]
@@ -137,7 +197,8 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             metrics["epoch_s"] = time.perf_counter() - epoch_start
             tune.report(metrics)
             return
-        if epoch == epochs or stopping:
+        estimate = epoch == epochs or (stopping and epoch % every == 0)
+        if estimate:
             part_start = time.perf_counter()
             z, y, c = algo.train_eval_set()
             metrics["mi_eval"] = mi_eval(z, c, seed=seed, steps=mi_steps)
@@ -153,7 +214,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             metrics["mi_eval_s"] = time.perf_counter() - part_start
         part_start = time.perf_counter()
         state = algo.state_dict()
-        if stopping:
+        if stopping and estimate:
             records.append(EpochRecord(
                 epoch, float(metrics["train_acc"]), float(metrics["mi_eval"]),
                 float(metrics["mi_eval_cond"]), float(metrics["mi_floor"]),
@@ -161,6 +222,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             kept[epoch] = {"g": state["g"], "f": state["f"]}
             keep = could_be_picked(records, criterion)
             kept = {e: w for e, w in kept.items() if e in keep}
+        if stopping:  # in every checkpoint, estimated this epoch or not
             state["records"] = [vars(r) for r in records]
             state["kept"] = kept
         if epoch == epochs:

@@ -30,6 +30,10 @@ from unbiased.models import linear_classifier
 EVAL_ROWS_SEED_OFFSET = 1_000_003
 METHOD_SEED_OFFSET = 2_000_003
 EVAL_SEED_OFFSET = 3_000_017
+# A restore on another kind of device than the checkpoint's (a GPU sweep continued on CPU, or
+# the reverse) cannot take over its generator states (a CUDA generator's state is 16 bytes, a
+# CPU one's 5,056): the streams are then re-seeded from the trial seed and the epoch reached.
+RESEED_EPOCH_STRIDE = 104_729
 # How the learning rate of g and f moves over a trial: held, or decayed to 0 by a half cosine
 # over the trial's `epochs` (step by step).
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
@@ -340,10 +344,13 @@ class ERM:
             "g": self.g.state_dict(),
             "f": self.f.state_dict(), "model_opt": self.model_opt.state_dict(),
             "gen": self.gen.get_state(), "method_gen": self.method_gen.get_state(),
-            "torch_rng": torch.get_rng_state(),
+            "rng_device": self.device.type, "torch_rng": torch.get_rng_state(),
             "cfg": asdict(self.cfg), **self.extra_state()})
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> list[str]:
+        """Restore a checkpoint written on any device (its tensors may be on any device:
+        modules and optimisers copy them onto this method's). Returns notes on what could not
+        be taken over as it was (generator states of another kind of device, re-seeded)."""
         self.g.load_state_dict(state["g"])
         self.f.load_state_dict(state["f"])
         self.model_opt.load_state_dict(state["model_opt"])
@@ -352,11 +359,30 @@ class ERM:
             self.seed = int(state["seed"])
             self.eval_rows = train_eval_rows(len(self.bench.train), self.cfg.train_eval_rows,
                                              self.seed, self.device)
-        self.gen.set_state(state["gen"])
-        if "method_gen" in state:  # absent from checkpoints written before it existed
-            self.method_gen.set_state(state["method_gen"])
-        torch.set_rng_state(state["torch_rng"])
         self.epoch = int(state["epoch"])
+        notes = []
+        streams = [("gen", self.gen, self.seed)]
+        if "method_gen" in state:  # absent from checkpoints written before it existed
+            streams.append(("method_gen", self.method_gen, self.seed + METHOD_SEED_OFFSET))
+        for key, gen, seed in streams:
+            saved = _cpu_bytes(state[key])  # set_state takes a CPU ByteTensor only
+            if saved is not None and saved.numel() == gen.get_state().numel() and state.get(
+                    "rng_device", self.device.type) == self.device.type:
+                gen.set_state(saved)
+            else:
+                gen.manual_seed(seed + RESEED_EPOCH_STRIDE * self.epoch)
+                notes.append(f"{key}: the checkpoint's generator state is from a "
+                             f"{state.get('rng_device', 'different')} device, this trial runs "
+                             f"on {self.device.type}: re-seeded from the seed and epoch "
+                             f"{self.epoch}")
+        torch_rng = _cpu_bytes(state["torch_rng"])
+        if torch_rng is None:
+            torch.manual_seed(self.seed + RESEED_EPOCH_STRIDE * self.epoch)
+            notes.append(f"torch_rng: unreadable in the checkpoint: re-seeded from the seed "
+                         f"and epoch {self.epoch}")
+        else:
+            torch.set_rng_state(torch_rng)
+        return notes
 
 
 class BiasHead(nn.Module):
@@ -391,6 +417,15 @@ def train_eval_rows(n_train: int, rows: int, seed: int, device: torch.device
         return None
     gen = torch.Generator().manual_seed(seed + EVAL_ROWS_SEED_OFFSET)
     return torch.randperm(n_train, generator=gen)[:rows].sort().values.to(device)
+
+
+def _cpu_bytes(state: torch.Tensor) -> torch.Tensor | None:
+    """An RNG state as the CPU byte tensor set_state takes; None when its bytes cannot be
+    read here (a tensor of a device this machine lacks)."""
+    try:
+        return state.to("cpu", torch.uint8)
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def _rows(values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:

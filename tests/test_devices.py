@@ -1,0 +1,80 @@
+"""A trial given a device it cannot use: one clear line, stopped once (a configuration fault is
+not a lost node), and locally the driver says so before Ray starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ray import tune
+
+from sweeps.presets import DIGITS, IMDB, K_ABLATION, LAMBDA_SEARCH
+from trainables.common import DeviceError, pick_device
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+
+
+@NO_CUDA
+@pytest.mark.parametrize("flags", [["--device", "cuda"], ["--gpus-per-trial", "0.25"],
+                                   ["--preset", "paper", "--root", str(ROOT)]])
+def test_a_local_gpu_sweep_without_cuda_is_one_line_before_ray(flags, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), *flags,
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "torch sees no CUDA device" in lines[0] and torch.__version__ in lines[0]
+    assert "Ray" not in proc.stdout and not out.exists()
+
+
+def test_the_gpu_presets_name_their_device():
+    for preset in (DIGITS["paper"], K_ABLATION["paper"], LAMBDA_SEARCH["paper"], IMDB["paper"]):
+        assert preset["gpus_per_trial"] > 0 and preset["device"] == "cuda"
+
+
+@NO_CUDA
+@pytest.mark.parametrize(("requested", "gpu_ids"), [("auto", [0]), ("cuda", []),
+                                                    ("cuda:1", [1])])
+def test_a_gpu_trial_that_torch_cannot_see_is_a_device_error(requested, gpu_ids):
+    # gpu_ids: what Ray reports as the trial's GPUs (ray.get_gpu_ids()).
+    with pytest.raises(DeviceError) as info:
+        pick_device(requested, gpu_ids)
+    text = str(info.value)
+    assert f"device {requested!r}" in text and "torch " + torch.__version__ in text
+    assert ("CUDA " in text and " build" in text) or "CPU-only build" in text
+    assert (f"GPUs {gpu_ids} from Ray" if gpu_ids else "no GPU from Ray") in text
+
+
+def test_without_gpus_auto_is_the_cpu_and_cpu_is_always_usable():
+    assert pick_device("auto", []).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert pick_device("cpu", [0]).type == "cpu"
+
+
+@NO_CUDA
+def test_a_trial_on_a_device_it_cannot_use_stops_once_with_one_line(ray_local, tiny_digits,
+                                                                     tmp_path):
+    from sweeps.runner import results_frame
+    from trainables.digits import train_digits
+
+    config = {"sigma": 0.03, "lam": 1.0, "K": 2, "seed": 0, "epochs": 2, "batch_size": 64,
+              "lr": 1e-3, "mine_lr": 1e-3, "inner_z": "batch", "device": "cuda",
+              "num_threads": 1, "mi_eval_steps": 20}
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(train_digits, digits=tiny_digits), {"cpu": 1}),
+        param_space=config,
+        run_config=tune.RunConfig(name="device", storage_path=str(tmp_path), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=2)))
+    grid = tuner.fit()
+    assert grid[0].error is None  # reported, not raised: Tune does not retry it
+    rows = grid[0].metrics_dataframe
+    assert len(rows) == 1 and "device 'cuda'" in rows["device_error"].iloc[0]
+    df = results_frame(grid, "digits_grid", "digits", {"sigma": "sigma", "lam": "lam",
+                                                       "K": "K", "seed": "seed",
+                                                       "epochs": "epochs"})
+    assert df["status"].iloc[0].startswith("error: device 'cuda' with no GPU from Ray, but ")
