@@ -6,8 +6,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis.ablations import ablation_axis, ablation_figure, ablation_section
 from analysis.figures import write_figures, write_table_figures
-from analysis.io import atomic_write_parquet, atomic_write_text
+from analysis.io import atomic_savefig, atomic_write_parquet, atomic_write_text
 from analysis.latex import to_latex
 from analysis.results import final_rows, load_results
 from analysis.selection import LowestMI, SelectionRule
@@ -37,6 +38,12 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
     df = load_results(out)
     finals = final_rows(df)
     tidy, markdown = build_tables(df, finals, rules, read_experiment(out))
+    axes = {bench: ablation_axis(df[df["benchmark"] == bench])
+            for bench in sorted(set(df["benchmark"]))}
+    for bench, axis in axes.items():
+        if axis is not None:
+            markdown = (markdown.rstrip("\n") + "\n\n"
+                        + ablation_section(df[df["benchmark"] == bench], axis, bench))
     written = [atomic_write_text(out / "table.md", markdown),
                atomic_write_parquet(tidy, out / "table.parquet"),
                atomic_write_text(out / "table.tex", to_latex(tidy))]
@@ -45,4 +52,9 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
         lowest = next((r for r in rules or () if r.key == LowestMI.key), None)
         written += write_figures(df, finals, out / "figures", lowest)
         written += write_table_figures(tidy, out / "figures")
+        for bench, axis in axes.items():
+            if axis is not None:
+                fig = ablation_figure(df[df["benchmark"] == bench], axis, bench)
+                written.append(atomic_savefig(fig, out / "figures" /
+                                              f"{bench}_{axis}_ablation_curves.png"))
     return written

@@ -32,8 +32,8 @@ def test_build_all_writes_figures(tmp_path: Path) -> None:
     figures = tmp_path / "figures"
     expected = {figures / name for name in (
         "digits_K20_curves.png", "digits_K80_curves.png", "digits_K_ablation.png",
-        "digits_table1.png", "german_K30_curves.png", "german_K30_fairness.png",
-        "imdb_K40_curves.png")}
+        "digits_K_ablation_curves.png", "digits_table1.png", "german_K30_curves.png",
+        "german_K30_fairness.png", "imdb_K40_curves.png")}
     assert expected <= set(written)
     assert set(figures.iterdir()) == expected  # no temp files left
     for path in expected:

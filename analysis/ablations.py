@@ -1,0 +1,173 @@
+"""Ablations of mi_backprop at a fixed lambda: over K (sweeps/k_ablation.py, the paper's
+supplementary) or over our two critic options (sweeps/critic_ablation.py).
+
+`ablation_axis(df)` names what varies (None: not an ablation); `ablation_section` is the
+table.md section (one row per sigma and value of the axis, mean ± std over seeds);
+`ablation_figure` draws training loss, training accuracy, test accuracy and the fresh MI
+estimate by epoch per value (mean, shaded min-max over seeds), as the supplementary's K
+figure does for the first two.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.results import MI_METHOD, critic_warning
+
+CRITIC_AXES = ("mine_standardize", "mi_guard")
+# (standardize, guard) -> name, in the order the table lists them.
+CRITICS: dict[tuple[bool, bool], str] = {
+    (False, False): "paper's (neither)", (True, False): "standardised input",
+    (False, True): "MI guard", (True, True): "both (ours)"}
+CURVES: tuple[tuple[str, str], ...] = (
+    ("loss_task", "training loss"), ("train_acc", "training accuracy"),
+    ("test_acc", "test accuracy"), ("mi_eval", "MI, fresh critic (nats)"))
+
+
+def _trained(df: pd.DataFrame) -> pd.DataFrame:
+    """mi_backprop's trials at lam > 0 (ERM has no K or critic to ablate)."""
+    lam = df["lam"].astype(float)
+    return df[(df["method"] == MI_METHOD) & (lam > 0)]
+
+
+def _flag(value: object) -> bool | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value).strip().lower() in ("true", "1", "1.0")
+
+
+def critic_of(rows: pd.DataFrame) -> pd.Series:
+    """Each row's critic by name; None where a row does not record its options."""
+    if not set(CRITIC_AXES) <= set(rows.columns):
+        return pd.Series(None, index=rows.index, dtype=object)
+    pairs = zip(rows[CRITIC_AXES[0]].map(_flag), rows[CRITIC_AXES[1]].map(_flag), strict=True)
+    return pd.Series([CRITICS.get(p) for p in pairs], index=rows.index, dtype=object)
+
+
+def ablation_axis(df: pd.DataFrame) -> str | None:
+    """'critic' or 'K' when mi_backprop's trials differ in it, else None."""
+    rows = _trained(df)
+    if rows.empty:
+        return None
+    if critic_of(rows).dropna().nunique() > 1:
+        return "critic"
+    if rows["K"].nunique() > 1:
+        return "K"
+    return None
+
+
+def _values(rows: pd.DataFrame, axis: str) -> pd.Series:
+    return critic_of(rows) if axis == "critic" else rows["K"].astype(int)
+
+
+def _order(axis: str, values: set) -> list:
+    return [v for v in CRITICS.values() if v in values] if axis == "critic" else sorted(values)
+
+
+def _cell(values: pd.Series, digits: int = 3) -> str:
+    v = values.dropna().astype(float)
+    if v.empty:
+        return "-"
+    if len(v) == 1:
+        return f"{v.iloc[0]:.{digits}f}"
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
+
+
+def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """One row per trial: its grid point, the reported epoch's numbers, its best test
+    accuracy over epochs, whether its own critic ran away, its minutes."""
+    rows = _trained(df).assign(value=lambda d: _values(d, axis))
+    out = []
+    for trial_id, trial in rows.groupby("trial_id"):
+        trial = trial.sort_values("epoch")
+        chosen = trial[trial["selected"].astype(bool)] if "selected" in trial else trial[-1:]
+        chosen = chosen if len(chosen) else trial[-1:]
+        row = chosen.iloc[-1]
+        # The chosen epoch's estimates made again with another seed (unbiased by the choice)
+        # where the stopping rule ran, else the reported epoch's own.
+        mi_eval = row.get("selected_mi_eval", math.nan)
+        mi_cond = row.get("selected_mi_eval_cond", math.nan)
+        if pd.isna(mi_eval):
+            mi_eval, mi_cond = row.get("mi_eval", math.nan), row.get("mi_eval_cond", math.nan)
+        seconds = trial["epoch_s"] if "epoch_s" in trial and trial["epoch_s"].notna().all() \
+            else trial["time_s"]
+        out.append({"trial_id": trial_id, "sigma": float(row["sigma"]), "value": row["value"],
+                    "lam": float(row["lam"]),
+                    "seed": int(row["seed"]), "epoch": int(row["epoch"]),
+                    "test_acc": float(row["test_acc"]), "train_acc": float(row["train_acc"]),
+                    "best_test_acc": float(trial["test_acc"].max()),
+                    "mi_eval": float(mi_eval), "mi_eval_cond": float(mi_cond),
+                    "ran_away": bool(critic_warning(trial)),
+                    "lowest_mi": float(trial["mi"].min()) if "mi" in trial else math.nan,
+                    "minutes": float(seconds.sum()) / 60.0, "node": row.get("node", "")})
+    return pd.DataFrame(out)
+
+
+def ablation_section(df: pd.DataFrame, axis: str, bench: str) -> str:
+    trials = per_trial(df, axis)
+    what = ("the critic (`--mine-standardize`, `--mi-guard`)" if axis == "critic"
+            else "K, the MINE steps per model step")
+    note = (f"{bench}: mi_backprop; mean ± std over seeds (one value: one seed). Test "
+            "accuracy at each trial's reported epoch (its stopping rule's), beside its best "
+            "over epochs, which peeks at test labels and is shown only to read the curves. "
+            "mi_eval and mi_eval_cond: the reported epoch's, re-estimated with another seed. "
+            "'Own critic ran away': trials whose own DV estimate fell below -5 nats. "
+            "Minutes: a trial's wall time as it ran (two trials side by side on the machine "
+            "that ran it).")
+    lines = [f"## Ablation over {what}", "", note, "",
+             f"| sigma | lambda | {'critic' if axis == 'critic' else 'K'} | seeds | test acc | "
+             "best test acc (peeks) | train acc | mi_eval | mi_eval_cond | own critic ran "
+             "away | minutes a trial | machines |", "|---" * 12 + "|"]
+    for (sigma, lam), at in trials.groupby(["sigma", "lam"]):
+        for value in _order(axis, set(at["value"])):
+            g = at[at["value"] == value]
+            seeds = ", ".join(str(s) for s in sorted(g["seed"]))
+            lines.append(
+                f"| {sigma:.3f} | {lam:g} | {value} | {seeds} | "
+                f"{_cell(g['test_acc'])} | {_cell(g['best_test_acc'])} | "
+                f"{_cell(g['train_acc'])} | {_cell(g['mi_eval'], 2)} | "
+                f"{_cell(g['mi_eval_cond'], 2)} | {int(g['ran_away'].sum())} of {len(g)} | "
+                f"{_cell(g['minutes'], 1)} | {', '.join(sorted(set(map(str, g['node']))))} |")
+    return "\n".join(lines) + "\n"
+
+
+def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
+    from analysis.figures import _colors, _new_figure
+
+    rows = _trained(df).assign(value=lambda d: _values(d, axis))
+    panels = sorted(set(zip(rows["sigma"].astype(float), rows["lam"].astype(float),
+                            strict=True)))
+    values = _order(axis, set(rows["value"]))
+    colors = _colors([float(i) for i in range(len(values))])
+    fig = _new_figure(4.0 * len(CURVES), 3.0 * len(panels) + 0.6)
+    axes = fig.subplots(len(panels), len(CURVES), squeeze=False)
+    for r, (sigma, lam) in enumerate(panels):
+        at = rows[np.isclose(rows["sigma"].astype(float), sigma, rtol=0.0, atol=1e-9)
+                  & np.isclose(rows["lam"].astype(float), lam, rtol=0.0, atol=1e-9)]
+        for i, value in enumerate(values):
+            g = at[at["value"] == value]
+            for c, (metric, _) in enumerate(CURVES):
+                if metric not in g or g[metric].isna().all():
+                    continue
+                stats = g.groupby("epoch")[metric].agg(["mean", "min", "max", "count"])
+                label = (f"K = {value}" if axis == "K" else str(value)) + \
+                    f" (n={g['trial_id'].nunique()})"
+                ax = axes[r][c]
+                ax.plot(stats.index, stats["mean"], marker="o", ms=3, color=colors[float(i)],
+                        label=label)
+                ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15,
+                                color=colors[float(i)])
+        for c, (_, title) in enumerate(CURVES):
+            ax = axes[r][c]
+            ax.set_title(f"sigma {sigma:g}, lambda {lam:g}: {title}", fontsize=10)
+            ax.set_xlabel("epoch")
+            ax.grid(alpha=0.3)
+        axes[r][0].legend(fontsize=8)
+    name = "critic" if axis == "critic" else "K"
+    fig.suptitle(f"{bench}: mi_backprop by {name} (mean, shaded min-max over seeds)",
+                 fontsize=12)
+    return fig
