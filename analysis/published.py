@@ -1,4 +1,4 @@
-"""The paper's published numbers (Ragonesi et al., ECCV 2020), shown beside ours as
+"""The paper's published numbers (Ragonesi et al., CVPR Workshops 2021), shown beside ours as
 references. std is NaN where the paper gives none."""
 
 from __future__ import annotations

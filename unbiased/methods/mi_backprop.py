@@ -1,4 +1,4 @@
-"""mi_backprop: Algorithm 1 of the paper (Ragonesi et al., ECCV 2020).
+"""mi_backprop: Algorithm 1 of the paper (Ragonesi et al., CVPR Workshops 2021).
 
 Per outer step: K gradient-ascent steps on phi (MINE's statistics network T) for
 L_ne = DV bound of I(z; c), then one step of theta (g) on L_task + lam * L_ne and of psi (f)
