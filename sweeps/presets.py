@@ -19,9 +19,9 @@ EPOCHS_CPU = 6
 TRAIN_EVAL_ROWS = 10_000
 
 # The paper preset's stopping rule re-estimates MI every this many epochs (and at the last):
-# 4 fresh critics of 3,000 steps each cost ~2.5x an epoch's 59 x (K 80 + 1) training steps,
-# so re-estimating every epoch would dominate a 150-epoch trial (docs/MEASURED.md,
-# "Re-estimation cost").
+# its 4 fresh critics of 3,000 steps took 25 s against an epoch's 11.4 s of training on an
+# H200 with 4 trials sharing it, 69% of a trial if every epoch, 13% at 15 (docs/MEASURED.md,
+# "The GPU path on an H200").
 MI_EVAL_EVERY_PAPER = 15
 
 DIGITS: dict[str, dict[str, object]] = {

@@ -133,3 +133,29 @@ def test_a_trial_without_lam_takes_the_methods_default_everywhere(ray_local, tin
     assert result.error is None
     df = result.metrics_dataframe
     assert df["mi_eval"].notna().all()  # measured every epoch: the stopping rule is on
+
+
+def test_mi_eval_every_estimates_every_nth_epoch_and_survives_a_restart(ray_local, tiny_digits,
+                                                                          tmp_path):
+    # Estimates at epochs 2 and 4 (every 2, and the last); the attempt that fails at epoch 4
+    # restarts from epoch 3's checkpoint, written without an estimate: it must still hold
+    # epoch 2's record and weights for the rule to pick among 2 and 4.
+    config = _config(epochs=4, select_epoch="lowest_mi_cond", mi_eval_every=2,
+                     fail_once_at_epoch=4)
+    result = _fit(tmp_path, tiny_digits, config, max_failures=1)
+    assert result.error is None
+    df = result.metrics_dataframe.drop_duplicates("epoch", keep="last").set_index("epoch")
+    assert sorted(df.index) == [1, 2, 3, 4] and df.loc[4, "start_epoch"] == 4
+    estimated = [e for e in df.index if math.isfinite(df.loc[e, "mi_eval_cond"])]
+    assert estimated == [2, 4]
+    assert df.loc[1, "mi_eval_s"] == 0 and df.loc[3, "mi_eval_s"] == 0
+    assert df.loc[4, "selected_epoch"] in (2, 4)
+    assert math.isfinite(df.loc[4, "selected_mi_eval_cond"])
+    import os
+
+    import torch
+
+    with result.checkpoint.as_directory() as ckpt:
+        state = torch.load(os.path.join(ckpt, "state.pt"), map_location="cpu",
+                           weights_only=False)
+    assert [r["epoch"] for r in state["records"]] == [2, 4]  # epoch 2's across the restart

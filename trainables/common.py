@@ -93,8 +93,8 @@ def trial_gpu_ids() -> list:
 
 def set_deterministic(device: torch.device) -> None:
     """--deterministic: the same config and seed give the same numbers on one GPU model, as
-    they do on CPU: deterministic cuDNN and algorithms (an op without one raises), no TF32
-    (it rounds matmuls and convolutions to 10-bit mantissas), no cuDNN autotuning."""
+    they do on CPU: deterministic cuDNN and algorithms (an op without one warns), no TF32 (it
+    rounds matmuls and convolutions to 10-bit mantissas), no cuDNN autotuning."""
     if device.type == "cuda":
         # cuBLAS needs a fixed workspace to be deterministic; read when it first starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -134,7 +134,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     mi_steps = int(config.get("mi_eval_steps", 2000))
     # The stopping rule re-estimates MI every `mi_eval_every` epochs and at the last, and
     # picks among those epochs: on a long schedule a re-estimate every epoch would cost more
-    # than the training (docs/MEASURED.md, "Re-estimation cost").
+    # than the training (docs/MEASURED.md, "The GPU path on an H200").
     every = int(config.get("mi_eval_every", 1))
     method = str(config.get("method", DEFAULT_METHOD))
     bench = build(config).to(device)
