@@ -103,7 +103,9 @@ def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
                     "mi_eval": float(mi_eval), "mi_eval_cond": float(mi_cond),
                     "ran_away": bool(critic_warning(trial)),
                     "lowest_mi": float(trial["mi"].min()) if "mi" in trial else math.nan,
-                    "minutes": float(seconds.sum()) / 60.0, "node": row.get("node", "")})
+                    "minutes": float(seconds.sum()) / 60.0,
+                    "machine": row.get("machine") if pd.notna(row.get("machine"))
+                    else row.get("node", "")})
     return pd.DataFrame(out)
 
 
@@ -131,7 +133,7 @@ def ablation_section(df: pd.DataFrame, axis: str, bench: str) -> str:
                 f"{_cell(g['test_acc'])} | {_cell(g['best_test_acc'])} | "
                 f"{_cell(g['train_acc'])} | {_cell(g['mi_eval'], 2)} | "
                 f"{_cell(g['mi_eval_cond'], 2)} | {int(g['ran_away'].sum())} of {len(g)} | "
-                f"{_cell(g['minutes'], 1)} | {', '.join(sorted(set(map(str, g['node']))))} |")
+                f"{_cell(g['minutes'], 1)} | {', '.join(sorted(set(map(str, g['machine']))))} |")
     return "\n".join(lines) + "\n"
 
 

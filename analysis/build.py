@@ -40,10 +40,16 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
     tidy, markdown = build_tables(df, finals, rules, read_experiment(out))
     axes = {bench: ablation_axis(df[df["benchmark"] == bench])
             for bench in sorted(set(df["benchmark"]))}
-    for bench, axis in axes.items():
-        if axis is not None:
-            markdown = (markdown.rstrip("\n") + "\n\n"
-                        + ablation_section(df[df["benchmark"] == bench], axis, bench))
+    sections = [ablation_section(df[df["benchmark"] == bench], axis, bench)
+                for bench, axis in axes.items() if axis is not None]
+    if sections:
+        # An ablation's own table first; the Table blocks after it group trials by sigma,
+        # method, K and lambda only, so a critic ablation's four critics are pooled there.
+        pooled = ("The Table blocks further down pool the four critics of each sigma as if "
+                  "they were seeds: read this section instead.\n\n"
+                  if "critic" in axes.values() else "")
+        title, rest = markdown.split("\n", 1)
+        markdown = (title + "\n\n" + "\n".join(sections) + "\n" + pooled + rest.lstrip("\n"))
     written = [atomic_write_text(out / "table.md", markdown),
                atomic_write_parquet(tidy, out / "table.parquet"),
                atomic_write_text(out / "table.tex", to_latex(tidy))]

@@ -545,14 +545,16 @@ def results_frame(result_grid, experiment: str, benchmark: str,
     df = df.astype({"epoch": "int64", "K": "int64", "seed": "int64", "epochs": "int64",
                     "lam": "float64", "sigma": "float64", "trial_id": "string",
                     "node": "string", "status": "string"}, errors="ignore")
-    if "node_id" in df.columns:
-        df["node_id"] = df["node_id"].astype("string")
+    for column in ("node_id", "machine"):
+        if column in df.columns:
+            df[column] = df[column].astype("string")
     return df.sort_values(["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
 
 
 # Columns results.parquet keeps beyond the contract, in this order (whichever trials, Tune's
 # or taken over by --done, brought them).
-KEPT_COLUMNS = ("eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "config",
+KEPT_COLUMNS = ("eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "machine",
+                "config",
                 "mi_eval_cond", "selected_epoch", "penalty", "epoch_s", "eval_s",
                 "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
                 "selected_mi_eval_cond", "guarded_frac",

@@ -83,7 +83,9 @@ def test_corrupt_mnist_files(tmp_path):
     for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                  "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
         (raw / name).write_bytes(b"not an idx file")
-    proc = _driver("--preset", "paper", "--root", str(tmp_path), "--out", str(tmp_path / "o"))
+    # On the CPU: without CUDA the paper preset's GPU would be refused first.
+    proc = _driver("--preset", "paper", "--device", "cpu", "--gpus-per-trial", "0", "--root",
+                   str(tmp_path), "--out", str(tmp_path / "o"))
     _one_line_error(proc, "MNIST")
     assert not (tmp_path / "o").exists()
 

@@ -32,7 +32,7 @@ def _fit(tmp_path, digits, config, max_failures=0):
     return grid[0]
 
 
-REPORTED = ["epoch", "mi", "train_acc", "test_acc", "loss_task", "time_s", "mi_eval"]
+REPORTED = ["epoch", "mi", "train_acc", "test_acc", "loss_task", "time_s", "mi_eval", "machine"]
 
 
 def test_two_epoch_trial_reports_twice_with_checkpoint(ray_local, tiny_digits, tmp_path):
@@ -52,6 +52,9 @@ def test_two_epoch_trial_reports_twice_with_checkpoint(ray_local, tiny_digits, t
     # mi_eval only at the end of the trial
     assert math.isnan(df["mi_eval"].iloc[0]) and math.isfinite(df["mi_eval"].iloc[1])
     assert result.checkpoint is not None
+    from trainables.common import machine_id
+
+    assert set(df["machine"]) == {machine_id()} and machine_id()
 
 
 def test_crashed_trial_resumes_from_its_epoch_1_checkpoint(ray_local, tiny_digits, tmp_path):

@@ -56,6 +56,18 @@ def divergence(metrics: dict, keys: tuple[str, ...] = ("loss_task", "penalty", "
             + ", ".join(f"{k}={metrics[k]}" for k in bad))
 
 
+def machine_id() -> str:
+    """Which machine ran an epoch, across sessions and Ray restarts (hostnames repeat: every
+    development machine here is `vm`): /etc/machine-id's first 12 characters, else the
+    hostname. Per-epoch numbers differ across machines (docs/MEASURED.md), so comparisons
+    are made within one."""
+    try:
+        with open("/etc/machine-id") as f:
+            return f.read().strip()[:12] or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
 class DeviceError(RuntimeError):
     """A trial was given a device it cannot use: a configuration fault, not a lost node, so
     the trial stops once instead of being retried."""
@@ -184,7 +196,8 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
         metrics: dict[str, float | int | str] = {
             "epoch": epoch, "loss_task": stats.loss_task, "penalty": stats.penalty,
             "mi_batch": stats.mi_batch, "time_s": stats.time_s, **evaluated,
-            "start_epoch": start_epoch, "node": node, "node_id": node_id, "mi_eval": math.nan,
+            "start_epoch": start_epoch, "node": node, "node_id": node_id,
+            "machine": machine_id(), "mi_eval": math.nan,
             "eval_s": eval_s, "mi_eval_s": 0.0,
         }
         if math.isfinite(stats.guarded_frac):
