@@ -88,6 +88,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from unbiased.data import TensorSplit
+from unbiased.methods.grad_reversal import reverse_gradient
 
 NUM_CLASSES = 10
 COLOUR_BINS = 8  # trainer.py:38 (n_color_cls)
@@ -168,21 +169,9 @@ class ColourHeads(nn.Module):
         return out.view(out.shape[0], self.heads, self.classes, *out.shape[2:])
 
 
-class _GradReverse(torch.autograd.Function):
-    """trainer.py:15-22: identity forward, gradient times -scale backward."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad.neg() * ctx.scale, None
-
-
 def grad_reverse(x: torch.Tensor, scale: float) -> torch.Tensor:
-    return _GradReverse.apply(x, scale)
+    """trainer.py:15-22: identity forward, gradient times -scale backward (our method's)."""
+    return reverse_gradient(x, scale)
 
 
 # ---------------------------------------------------------------------------------------------
