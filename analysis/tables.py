@@ -301,12 +301,11 @@ def german_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[
             if len(svm):
                 mean, std, n = stat(svm, metric)
                 ours.append(Cell("german", block, "SVM", col, mean, std, n, "ours", "baseline"))
-            if len(erm):
-                ours.append(_fixed_cell("german", block, "NN (λ=0)", col, erm, 0.0, metric))
+            ours.append(_fixed_cell("german", block, "NN (λ=0)", col, erm, 0.0, metric))
             if len(g):
                 ours.append(_fixed_cell("german", block, "Ours (λ=1, as the paper)", col, g,
                                         1.0, metric))
-                ours += [_rule_cell("german", block, col, g, rule, metric) for rule in rules]
+                ours += [_rule_cell("german", block, col, erm, rule, metric) for rule in rules]
             ours += _method_cells("german", block, col, neural, others, rules, metric, 1.0)
         paper = [_published_cell("german", block, p.row, col, p.values[col])
                  for p in published.GERMAN for col in published.GERMAN_COLUMNS]
@@ -338,8 +337,6 @@ def imdb_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[li
         block = "Table 2 (accuracy)" + (f", K={K}" if K is not None else "")
         g = mi[mi["K"] == K] if K is not None else mi
         ours: list[Cell] = []
-        choices = {(split, rule.key): _chosen(rule, g[g["train_split"] == split])
-                   for split in ("EB1", "EB2") for rule in rules}
         for col, (split, metric) in spec.items():
             gs = g[g["train_split"] == split]
             ns = neural[neural["train_split"] == split]
@@ -350,8 +347,8 @@ def imdb_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[li
                 ours.append(_fixed_cell("imdb", block,
                                         "Ours (λ=0.5 on EB1, 0.9 on EB2, as the paper)", col,
                                         gs, paper_lam, metric))
-                ours += [_rule_cell("imdb", block, col, gs, rule, metric,
-                                    choices[(split, rule.key)]) for rule in rules]
+                ours += [_rule_cell("imdb", block, col, with_shared_erm(gs, ns), rule, metric)
+                         for rule in rules]
             ours += _method_cells("imdb", block, col, ns, others, rules, metric, paper_lam)
         paper = [_published_cell("imdb", block, p.row, col, p.values[col])
                  for p in published.IMDB for col in published.IMDB_COLUMNS]

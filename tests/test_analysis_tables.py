@@ -344,3 +344,42 @@ def test_wall_time_per_trial_sums_each_trials_epochs() -> None:
     assert "| digits | mi_backprop | λ=0.5 | 2 | 3.0 | 5.0 ± 0.0 | 1.67 | 0.17 |" in section
     # lam 1: the diverged seed counts too (its time was spent)
     assert "| digits | mi_backprop | λ=1 | 2 | 3.0 | 6.0 ± 0.0 | 2.00 | 0.20 |" in section
+
+
+def test_every_K_of_german_and_imdb_shares_the_erm_run_once() -> None:
+    # lam 0 runs under the first K only; a second K's rule rows choose among its own lambdas
+    # and that ERM, as the selection-gap section of the same K does
+    rows = []
+    for K in (30, 60):
+        for seed in (0, 1):
+            if K == 30:
+                rows += trial(benchmark="german", sigma=NAN, K=K, lam=0.0, seed=seed, mi=0.3,
+                              test_acc=0.75, eo=0.4)
+            rows += trial(benchmark="german", sigma=NAN, K=K, lam=1.0, seed=seed, mi=0.05,
+                          test_acc=0.70, eo=0.05)
+    for split, other in (("EB1", "acc_eb2"), ("EB2", "acc_eb1")):
+        for K in (20, 40):
+            for lam in ((0.0, 0.9) if K == 20 else (0.9,)):
+                rows += trial(benchmark="imdb", sigma=NAN, K=K, lam=lam, mi=1.0 - lam,
+                              train_split=split, acc_test=0.8 - lam / 10,
+                              test_acc=0.8 - lam / 10, **{other: 0.6})
+    tidy, md = tables(rows)
+    oracle = "Ours, oracle (peeks at test labels)"
+    german = cell(tidy, oracle, "Acc.", "Table 3 (accuracy, EO), K=60")
+    assert german["lam"] == 0.0 and german["mean"] == pytest.approx(0.75)
+    assert cell(tidy, "NN (λ=0)", "EO", "Table 3 (accuracy, EO), K=60")["n"] == 2
+    section = md.split("german: selection gap to oracle (test acc), K=60")[1].split("###")[0]
+    assert "| all | oracle (peeks at test labels) | 0 | 0.750 |" in section
+    imdb = cell(tidy, oracle, "EB2→Test", "Table 2 (accuracy), K=40")
+    assert imdb["lam"] == 0.0 and imdb["mean"] == pytest.approx(0.8) and imdb["n"] == 1
+
+
+def test_german_without_erm_still_has_its_row() -> None:
+    # a competitor alone, no ERM: the NN row says so, as Table 1's ERM row does
+    rows = trial(benchmark="german", method="grad_reversal", sigma=NAN, K=0, lam=1.0, mi=NAN,
+                 test_acc=0.7, eo=0.05)
+    tidy, md = tables(rows)
+    nn = cell(tidy, "NN (λ=0)", "Acc.", "Table 3 (accuracy, EO)")
+    assert nn["n"] == 0 and math.isnan(nn["mean"])
+    assert "| NN (λ=0) | — | — |" in md
+    assert cell(tidy, "Grad. reversal (ours) (λ=1)", "EO")["mean"] == pytest.approx(0.05)
