@@ -383,3 +383,37 @@ def test_german_without_erm_still_has_its_row() -> None:
     assert nn["n"] == 0 and math.isnan(nn["mean"])
     assert "| NN (λ=0) | — | — |" in md
     assert cell(tidy, "Grad. reversal (ours) (λ=1)", "EO")["mean"] == pytest.approx(0.05)
+
+
+def test_every_published_row_has_a_value_in_each_column_of_its_spec() -> None:
+    from analysis.published import DIGITS_SIGMAS
+    from analysis.specs import TABLE_SPECS, ColumnAxis
+
+    assert list(TABLE_SPECS) == ["digits", "german", "imdb"]
+    for spec in TABLE_SPECS.values():
+        assert spec.published and all(p.source for p in spec.published), spec.benchmark
+        for p in spec.published:
+            keys = (list(DIGITS_SIGMAS) if isinstance(spec.columns, ColumnAxis)
+                    else [c.label for c in spec.columns])
+            assert list(p.values) == keys, (spec.benchmark, p.row)
+
+
+def test_a_benchmark_is_a_spec_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the builder and the results contract read the specs, no list of names of their own
+    from analysis.published import PublishedRow
+    from analysis.results import validate
+    from analysis.specs import TABLE_SPECS, Column, TableSpec
+
+    toy = TableSpec(benchmark="toy", name="Toy", table="Table 9", measures="accuracy",
+                    columns=(Column("Acc.", ("test_acc",)),),
+                    published=(PublishedRow("ERM (λ=0)", {"Acc.": (0.5, NAN)}, "nowhere"),))
+    monkeypatch.setitem(TABLE_SPECS, "toy", toy)
+    rows = []
+    for lam, acc in ((0.0, 0.6), (1.0, 0.7)):
+        rows += trial(benchmark="toy", sigma=NAN, K=5, lam=lam, test_acc=acc)
+    df = validate(frame(rows))
+    tidy, md = build_tables(df, final_rows(df))
+    assert "## toy: Toy (Table 9)\n\n### Table 9 (accuracy), K=5\n\n| Method | Acc. |" in md
+    assert cell(tidy, "ERM (λ=0)", "Acc.")["mean"] == pytest.approx(0.6)
+    assert cell(tidy, "Ours (λ=1, as the paper)", "Acc.")["mean"] == pytest.approx(0.7)
+    assert cell(tidy, "ERM (λ=0) (published)", "Acc.")["mean"] == 0.5
