@@ -337,6 +337,33 @@ def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[Selection
 
 # ------------------------------------------------------------------- gap to the paper
 
+
+class _Fields(dict):
+    """experiment.json's values for a note; a setting an older record lacks reads "?"."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def off_protocol(spec: TableSpec, experiment: dict | None) -> str:
+    """'' where our cells may be set against the published rows in std units; else the line
+    that says what the runs are instead (a preset whose protocol is not the published
+    rows'). Results without a recorded preset are compared: nothing says otherwise."""
+    record = experiment or {}
+    preset = record.get("preset")
+    if spec.protocol is None or not isinstance(preset, str):
+        return ""
+    values = record.get("values")
+    values = values if isinstance(values, dict) else {}
+    protocol = spec.protocol
+    if preset in protocol.comparable and all(
+            values.get(key, value) == value for key, value in protocol.settings.items()):
+        return ""
+    rows = protocol.rows.get(str(values.get("source")))
+    fields = _Fields({**values, "preset": preset,
+                      "train_rows": f"{rows:,}" if rows is not None else "?"})
+    return protocol.notes.get(preset, protocol.other).format_map(fields) + "\n"
+
 GAP_STDS = 2.0  # a gap is flagged when it exceeds this many stds
 
 
@@ -618,11 +645,14 @@ def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
         c1, md1 = paper_table(spec, finals, rules)
         c2, md2 = lambda_sections(finals, bench, rules)
         cells += c1 + c2
-        md_gap = gap_section(c1)
+        # Gaps in std units to the published rows only where the runs follow their
+        # protocol; a smoke run's table says what it is instead, above its numbers.
+        instead = off_protocol(spec, experiment) if md1 else ""
+        md_gap = "" if instead else gap_section(c1)
         md0 = bias_section((experiment or {}).get("bias_strength", [])) \
             if spec.bias_strength else ""
         body.append(f"## {bench}: {spec.title}\n\n"
-                    + "\n".join(p for p in (md1, md_gap, md0, md2) if p))
+                    + "\n".join(p for p in (instead, md1, md_gap, md0, md2) if p))
     if not body:
         body.append("No results rows.\n")
     markdown = ("\n".join(head) + "\n" + "\n".join(body) + "\n" + wall_section(df)

@@ -417,3 +417,53 @@ def test_a_benchmark_is_a_spec_away(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cell(tidy, "ERM (λ=0)", "Acc.")["mean"] == pytest.approx(0.6)
     assert cell(tidy, "Ours (λ=1, as the paper)", "Acc.")["mean"] == pytest.approx(0.7)
     assert cell(tidy, "ERM (λ=0) (published)", "Acc.")["mean"] == 0.5
+
+
+@pytest.mark.parametrize(("preset", "values", "line"), [
+    ("quick", {"source": "mnist5k", "epochs": 8, "palette": "separated"},
+     "quick preset: 4,000 training digits (mnist5k), 8 epochs, palette separated — a smoke "
+     "run, not comparable with the published rows.\n"),
+    ("table1", {"source": "mnist5k", "epochs": 6, "palette": "kim"},
+     "table1 preset: 4,000 training digits (mnist5k), 6 epochs, palette kim: neither the "
+     "paper's protocol nor ours on full MNIST, so not comparable with the published rows.\n"),
+    ("my_preset", {}, "my_preset preset: ? training digits (?), ? epochs, palette ?: neither"),
+    ("table1", {"source": "mnist", "epochs": 6, "palette": "kim"}, None),
+    ("paper", {}, None),  # a record without the setting: the preset's own
+    (None, {}, None),  # no preset recorded: nothing says the runs are off the protocol
+])
+def test_gaps_in_stds_only_on_the_published_rows_protocol(
+        preset: str | None, values: dict, line: str | None) -> None:
+    df = frame(digits_rows())
+    experiment = {"preset": preset, "values": values} if preset else {}
+    _, md = build_tables(df, final_rows(df), experiment=experiment)
+    table = md.split("## digits: Colored MNIST (Table 1)\n\n")[1]
+    if line is None:
+        assert table.startswith("### Table 1 (test accuracy), K=80\n")
+        assert "K=80: ours − published" in md and " std)" in md
+    else:
+        assert table.startswith(line)
+        assert "ours − published" not in md and " std)" not in md
+        assert "(published) | 0.664 ± 0.007 |" in md  # the published rows stay beside ours
+
+
+def test_german_quick_says_what_it_is_and_paper_is_compared() -> None:
+    rows = []
+    for seed, acc in enumerate((0.74, 0.76)):
+        rows += trial(benchmark="german", sigma=NAN, K=30, lam=0.0, seed=seed, mi=0.3,
+                      test_acc=acc, eo=0.02)
+    df = frame(rows)
+    quick = {"preset": "quick", "values": {"epochs": 20, "lr": 0.001}}
+    _, md = build_tables(df, final_rows(df), experiment=quick)
+    assert ("## german: German credit (Table 3)\n\nquick preset: 20 epochs at lr 0.001 (the "
+            "paper: 500 at 1e-05) — a smoke run, not comparable with the published rows.\n"
+            "\n### Table 3") in md
+    assert "ours − published" not in md
+    _, md = build_tables(df, final_rows(df), experiment={"preset": "paper", "values": {}})
+    assert "### Table 3 (accuracy, EO), K=30: ours − published" in md
+
+
+def test_the_digits_spec_counts_the_training_digits_as_the_data_does() -> None:
+    from analysis.specs import DIGITS_TRAIN_ROWS
+    from unbiased.benchmarks.colored_mnist import MNIST5K_TRAIN_PER_CLASS, NUM_CLASSES
+
+    assert DIGITS_TRAIN_ROWS["mnist5k"] == MNIST5K_TRAIN_PER_CLASS * NUM_CLASSES
