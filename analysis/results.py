@@ -57,8 +57,9 @@ OPTIONAL_COLUMNS: dict[str, str] = {
 }
 MI_METHOD = "mi_backprop"
 # A trial's own DV estimate below this means its statistics network is worse than a constant
-# by a factor e^5 on the rows it was fitted to: the model found z where T is wrong (issue 18,
-# seed 7: -25 nats at epoch 7, -768 at 12), so its gradient said nothing about colour.
+# by a factor e^5 on the rows it was fitted to: the model found z where T is wrong (a raw
+# critic at seed 7 on full MNIST read -25 nats at epoch 7, -768 at 12; docs/MEASURED.md,
+# "What keeps lam = 1 up on every seed"), so its gradient said nothing about colour.
 RUNAWAY_NATS = -5.0
 # Statuses of trials that ran to the end but carry a warning start with this.
 OK_WARNING = "ok; "
