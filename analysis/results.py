@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.specs import TABLE_SPECS, axis_label
 from unbiased.stopping import FLOOR_MARGIN_NATS
 
 RESULTS_FILE = "results.parquet"
@@ -56,8 +57,9 @@ OPTIONAL_COLUMNS: dict[str, str] = {
 }
 MI_METHOD = "mi_backprop"
 # A trial's own DV estimate below this means its statistics network is worse than a constant
-# by a factor e^5 on the rows it was fitted to: the model found z where T is wrong (issue 18,
-# seed 7: -25 nats at epoch 7, -768 at 12), so its gradient said nothing about colour.
+# by a factor e^5 on the rows it was fitted to: the model found z where T is wrong (a raw
+# critic at seed 7 on full MNIST read -25 nats at epoch 7, -768 at 12; docs/MEASURED.md,
+# "What keeps lam = 1 up on every seed"), so its gradient said nothing about colour.
 RUNAWAY_NATS = -5.0
 # Statuses of trials that ran to the end but carry a warning start with this.
 OK_WARNING = "ok; "
@@ -116,10 +118,11 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
     for name, kind in OPTIONAL_COLUMNS.items():
         if name in out.columns:
             out[name] = _check_column(name, out[name], kind, strict_int=False)
-    bad = sorted(set(out["benchmark"].dropna()) - {"digits", "german", "imdb"})
+    bad = sorted(set(out["benchmark"].dropna()) - set(TABLE_SPECS))
     if bad:
+        *rest, last = TABLE_SPECS
         raise ResultsError(f"{RESULTS_FILE}: column 'benchmark' has unknown value {bad[0]!r}, "
-                           f"expected digits, german or imdb")
+                           f"expected {', '.join(rest)} or {last}")
     if (out["epoch"] < 0).any():
         raise ResultsError(f"{RESULTS_FILE}: column 'epoch' has negative values")
     return out.reset_index(drop=True)
@@ -334,9 +337,7 @@ def spearman(x: pd.Series | np.ndarray, y: pd.Series | np.ndarray) -> float:
 
 
 def sigma_label(sigma: float) -> str:
-    if not np.isfinite(sigma):
-        return "σ=–"
-    return f"σ={sigma:.3f}" if abs(round(sigma, 3) - sigma) < 1e-9 else f"σ={sigma:g}"
+    return axis_label("σ", sigma)
 
 
 def lam_label(lam: float) -> str:

@@ -1,6 +1,10 @@
 """The paper's tables from each trial's reported row, as markdown (`table.md`) and a tidy frame
 (`table.parquet`: benchmark, block, row, column, mean, std, n, source, rule, lam).
 
+Every benchmark's paper table is `paper_table` on its spec (analysis.specs.TABLE_SPECS): the
+spec says which columns, metrics and published rows a table has; the builder knows no
+benchmark by name.
+
 Every number is a trial's reported epoch (the row a label-free stopping rule picked, else its
 last; `analysis.results.final_rows`), averaged over the kept (non-diverged) seeds of one
 lambda; std is pandas' default sample std (ddof=1), NaN for a single seed.
@@ -16,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import published
+from analysis.published import PublishedRow
 from analysis.results import (
     LAM_ATOL,
     MI_METHOD,
@@ -38,6 +43,7 @@ from analysis.selection import (
     default_rules,
     mi_column,
 )
+from analysis.specs import TABLE_SPECS, Column, ColumnAxis, TableSpec, axis_label
 
 TIDY_COLUMNS = ["benchmark", "block", "row", "column", "mean", "std", "n", "source", "rule",
                 "lam"]
@@ -243,127 +249,120 @@ def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
 # --------------------------------------------------------------------------- paper tables
 
 
-def digits_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[list[Cell], str]:
-    """Table 1: final test accuracy per sigma; one block per K of mi_backprop, each with a
-    row per other method we ran (those have no K)."""
-    d = finals[(finals["benchmark"] == "digits") & finals["lam"].notna()]
-    mi = d[d["method"] == MI_METHOD]
-    others = [m for m in neural_methods(d) if m != MI_METHOD]
-    cells: list[Cell] = []
-    parts: list[str] = []
-    for K in sorted(mi["K"].unique()) or [None]:
-        block = "Table 1 (test accuracy)" + (f", K={K}" if K is not None else "")
-        g = mi[mi["K"] == K] if K is not None else mi
-        sigmas = sorted(set(d["sigma"].astype(float)))
-        columns = [sigma_label(s) for s in sigmas]
-        ours: list[Cell] = []
-        paper: list[Cell] = []
-        for s, col in zip(sigmas, columns, strict=True):
-            gs, ds = g[_same(g["sigma"], s)], d[_same(d["sigma"], s)]
-            ours.append(_fixed_cell("digits", block, "ERM (λ=0)", col,
-                                    with_shared_erm(gs, ds), 0.0, "test_acc"))
-            if len(gs):
-                ours.append(_fixed_cell("digits", block, "Ours (λ=1, as the paper)", col, gs,
-                                        1.0, "test_acc"))
-                # a grid runs lam = 0 under its first K only: every K's rules share it
-                ours += [_rule_cell("digits", block, col, with_shared_erm(gs, ds), rule,
-                                    "test_acc") for rule in rules]
-            ours += _method_cells("digits", block, col, ds, others, rules, "test_acc", 1.0)
-            pub = published.digits_published(s)
-            for row, value in (pub or {}).items():
-                paper.append(_published_cell("digits", block, row, col, value))
-        # keep published rows in the paper's order even when a sigma has no paper column
-        order = [f"{r} (published)" for r in published.DIGITS]
-        paper.sort(key=lambda c: order.index(c.row))
-        block_cells = paired(ours + paper)
-        cells += block_cells
-        parts.append(f"### {block}\n\n" + render_block(block_cells, columns, "Training"))
-    return cells, "\n".join(parts)
+def _rows_of(frame: pd.DataFrame, where: Sequence[tuple[str, object]]) -> pd.DataFrame:
+    """The rows of `frame` whose columns hold the given values (lambda-style tolerance)."""
+    for key, value in where:
+        frame = frame[_same(frame[key], value)]
+    return frame
 
 
-def german_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[list[Cell], str]:
-    """Table 3: accuracy and equality of opportunity (lower is fairer); one block per K."""
-    g_all = finals[finals["benchmark"] == "german"]
-    mi = g_all[g_all["method"] == MI_METHOD]
-    svm = _kept(g_all[g_all["method"] == "svm"])
-    neural = g_all[g_all["lam"].notna()]
-    others = [m for m in neural_methods(neural) if m != MI_METHOD]
-    metrics = {"Acc.": "test_acc", "EO": "eo"}
-    Ks = sorted(mi["K"].unique()) or [None]
-    cells: list[Cell] = []
-    parts: list[str] = []
-    for K in Ks:
-        block = "Table 3 (accuracy, EO)" + (f", K={K}" if K is not None else "")
-        g = mi[mi["K"] == K] if K is not None else mi
-        ours: list[Cell] = []
-        erm = with_shared_erm(g, neural)
-        for col, metric in metrics.items():
-            if len(svm):
-                mean, std, n = stat(svm, metric)
-                ours.append(Cell("german", block, "SVM", col, mean, std, n, "ours", "baseline"))
-            if len(erm):
-                ours.append(_fixed_cell("german", block, "NN (λ=0)", col, erm, 0.0, metric))
-            if len(g):
-                ours.append(_fixed_cell("german", block, "Ours (λ=1, as the paper)", col, g,
-                                        1.0, metric))
-                ours += [_rule_cell("german", block, col, g, rule, metric) for rule in rules]
-            ours += _method_cells("german", block, col, neural, others, rules, metric, 1.0)
-        paper = [_published_cell("german", block, p.row, col, p.values[col])
-                 for p in published.GERMAN for col in published.GERMAN_COLUMNS]
-        block_cells = paired(ours + paper)
-        cells += block_cells
-        parts.append(f"### {block}\n\nEO = |TPR(young) − TPR(old)|, lower is fairer.\n\n"
-                     + render_block(block_cells, list(published.GERMAN_COLUMNS), "Method"))
-    return cells, "\n".join(parts)
+def table_columns(spec: TableSpec, neural: pd.DataFrame) -> list[Column]:
+    """The spec's columns; an axis gives one per value among the benchmark's neural rows, the
+    metric resolved to the first candidate the rows have."""
+    if isinstance(spec.columns, ColumnAxis):
+        axis = spec.columns
+        return [Column(axis_label(axis.symbol, v), (axis.metric,), ((axis.key, v),),
+                       axis.paper_lam) for v in sorted(set(neural[axis.key].astype(float)))]
+    return [Column(c.label, (next((m for m in c.metric if m in neural.columns), c.metric[0]),),
+                   c.where, c.paper_lam) for c in spec.columns]
 
 
-def imdb_table(finals: pd.DataFrame, rules: Sequence[SelectionRule]) -> tuple[list[Cell], str]:
-    """Table 2: train on EB1 / EB2, accuracy on the other split and on the test set."""
-    neural = finals[(finals["benchmark"] == "imdb") & finals["lam"].notna()]
+def published_value(spec: TableSpec, row: PublishedRow, column: Column
+                    ) -> tuple[float, float] | None:
+    """A published row's (mean, std) in one column; None where the paper has none (a sigma
+    the paper did not run)."""
+    if not isinstance(spec.columns, ColumnAxis):
+        return row.values.get(column.label)
+    axis = spec.columns
+    value = float(dict(column.where)[axis.key])
+    return next((v for key, v in row.values.items()
+                 if abs(float(key) - value) <= axis.atol), None)
+
+
+def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[SelectionRule]
+                ) -> tuple[list[Cell], str]:
+    """One benchmark's paper table from its spec: one block per K of mi_backprop, each with
+    our rows of every method (a lambda-free baseline, ERM, the paper's lambda, each rule) and
+    the published rows beside them."""
+    bench = spec.benchmark
+    rows = finals[finals["benchmark"] == bench]
+    neural = rows[rows["lam"].notna()]
+    baselines = [(label, _kept(rows[rows["method"] == method]))
+                 for method, label in spec.baselines]
+    if neural.empty and not any(len(b) for _, b in baselines):
+        return [], ""
+    for column in spec.requires:
+        if column not in neural.columns:
+            return [], (f"### {spec.table}\n\n{bench} rows have no `{column}` column: table "
+                        f"skipped.\n")
     mi = neural[neural["method"] == MI_METHOD]
     others = [m for m in neural_methods(neural) if m != MI_METHOD]
-    if neural.empty:
-        return [], ""
-    if "train_split" not in neural.columns:
-        return [], "### Table 2\n\nimdb rows have no `train_split` column: table skipped.\n"
-    test_metric = "acc_test" if "acc_test" in neural.columns else "test_acc"
-    # column -> (train split, metric)
-    spec = {
-        "EB1→EB2": ("EB1", "acc_eb2"), "EB1→Test": ("EB1", test_metric),
-        "EB2→EB1": ("EB2", "acc_eb1"), "EB2→Test": ("EB2", test_metric),
-    }
+    columns = table_columns(spec, neural)
+    labels = [c.label for c in columns]
+    note = spec.note.format(metric={c.label: c.metric[0] for c in columns})
     cells: list[Cell] = []
     parts: list[str] = []
     for K in sorted(mi["K"].unique()) or [None]:
-        block = "Table 2 (accuracy)" + (f", K={K}" if K is not None else "")
+        block = f"{spec.table} ({spec.measures})" + (f", K={K}" if K is not None else "")
         g = mi[mi["K"] == K] if K is not None else mi
         ours: list[Cell] = []
-        choices = {(split, rule.key): _chosen(rule, g[g["train_split"] == split])
-                   for split in ("EB1", "EB2") for rule in rules}
-        for col, (split, metric) in spec.items():
-            gs = g[g["train_split"] == split]
-            ns = neural[neural["train_split"] == split]
-            ours.append(_fixed_cell("imdb", block, "ERM (λ=0)", col,
-                                    with_shared_erm(gs, ns), 0.0, metric))
-            paper_lam = published.IMDB_PAPER_LAMBDA[split]
+        for col in columns:
+            metric = col.metric[0]
+            gs, ns = _rows_of(g, col.where), _rows_of(neural, col.where)
+            for label, base in baselines:
+                base = _rows_of(base, col.where)
+                if len(base):
+                    mean, std, n = stat(base, metric)
+                    ours.append(Cell(bench, block, label, col.label, mean, std, n, "ours",
+                                     "baseline"))
+            # a grid runs lam = 0 once, under its first K: every K's rows share it
+            erm = with_shared_erm(gs, ns)
+            ours.append(_fixed_cell(bench, block, spec.erm_row, col.label, erm, 0.0, metric))
             if len(gs):
-                ours.append(_fixed_cell("imdb", block,
-                                        "Ours (λ=0.5 on EB1, 0.9 on EB2, as the paper)", col,
-                                        gs, paper_lam, metric))
-                ours += [_rule_cell("imdb", block, col, gs, rule, metric,
-                                    choices[(split, rule.key)]) for rule in rules]
-            ours += _method_cells("imdb", block, col, ns, others, rules, metric, paper_lam)
-        paper = [_published_cell("imdb", block, p.row, col, p.values[col])
-                 for p in published.IMDB for col in published.IMDB_COLUMNS]
+                ours.append(_fixed_cell(bench, block, spec.paper_row, col.label, gs,
+                                        col.paper_lam, metric))
+                ours += [_rule_cell(bench, block, col.label, erm, rule, metric)
+                         for rule in rules]
+            ours += _method_cells(bench, block, col.label, ns, others, rules, metric,
+                                  col.paper_lam)
+        paper = [_published_cell(bench, block, p.row, col.label, value)
+                 for p in spec.published for col in columns
+                 if (value := published_value(spec, p, col)) is not None]
         block_cells = paired(ours + paper)
         cells += block_cells
-        parts.append(f"### {block}\n\nA→B: trained on split A, accuracy on B (Test: "
-                     f"`{test_metric}`).\n\n"
-                     + render_block(block_cells, list(published.IMDB_COLUMNS), "Method"))
+        parts.append(f"### {block}\n\n" + (f"{note}\n\n" if note else "")
+                     + render_block(block_cells, labels, spec.corner))
     return cells, "\n".join(parts)
 
 
 # ------------------------------------------------------------------- gap to the paper
+
+
+class _Fields(dict):
+    """experiment.json's values for a note; a setting an older record lacks reads "?"."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def off_protocol(spec: TableSpec, experiment: dict | None) -> str:
+    """'' where our cells may be set against the published rows in std units; else the line
+    that says what the runs are instead (a preset whose protocol is not the published
+    rows'). Results without a recorded preset are compared: nothing says otherwise."""
+    record = experiment or {}
+    preset = record.get("preset")
+    if spec.protocol is None or not isinstance(preset, str):
+        return ""
+    values = record.get("values")
+    values = values if isinstance(values, dict) else {}
+    protocol = spec.protocol
+    if preset in protocol.comparable and all(
+            values.get(key, value) == value for key, value in protocol.settings.items()):
+        return ""
+    rows = protocol.rows.get(str(values.get("source")))
+    fields = _Fields({**values, "preset": preset,
+                      "train_rows": f"{rows:,}" if rows is not None else "?"})
+    return protocol.notes.get(preset, protocol.other).format_map(fields) + "\n"
 
 GAP_STDS = 2.0  # a gap is flagged when it exceeds this many stds
 
@@ -640,20 +639,20 @@ def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
     ]
     cells: list[Cell] = []
     body: list[str] = []
-    titles = {"digits": "Colored MNIST (Table 1)", "german": "German credit (Table 3)",
-              "imdb": "IMDB faces (Table 2)"}
-    builders = {"digits": digits_table, "german": german_table, "imdb": imdb_table}
-    for bench in ("digits", "german", "imdb"):
+    for bench, spec in TABLE_SPECS.items():
         if not (finals["benchmark"] == bench).any():
             continue  # a benchmark with no rows is skipped
-        c1, md1 = builders[bench](finals, rules)
+        c1, md1 = paper_table(spec, finals, rules)
         c2, md2 = lambda_sections(finals, bench, rules)
         cells += c1 + c2
-        md_gap = gap_section(c1)
-        md0 = bias_section((experiment or {}).get("bias_strength", [])) if bench == "digits" \
-            else ""
-        body.append(f"## {bench}: {titles[bench]}\n\n"
-                    + "\n".join(p for p in (md1, md_gap, md0, md2) if p))
+        # Gaps in std units to the published rows only where the runs follow their
+        # protocol; a smoke run's table says what it is instead, above its numbers.
+        instead = off_protocol(spec, experiment) if md1 else ""
+        md_gap = "" if instead else gap_section(c1)
+        md0 = bias_section((experiment or {}).get("bias_strength", [])) \
+            if spec.bias_strength else ""
+        body.append(f"## {bench}: {spec.title}\n\n"
+                    + "\n".join(p for p in (instead, md1, md_gap, md0, md2) if p))
     if not body:
         body.append("No results rows.\n")
     markdown = ("\n".join(head) + "\n" + "\n".join(body) + "\n" + wall_section(df)

@@ -118,3 +118,11 @@ def test_analysis_never_imports_torch_or_ray() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_unknown_benchmark_names_the_known_ones() -> None:
+    df = good_frame()
+    df["benchmark"] = "mnist"
+    with pytest.raises(ResultsError, match="^results.parquet: column 'benchmark' has unknown "
+                                           "value 'mnist', expected digits, german or imdb$"):
+        validate(df)

@@ -344,3 +344,126 @@ def test_wall_time_per_trial_sums_each_trials_epochs() -> None:
     assert "| digits | mi_backprop | λ=0.5 | 2 | 3.0 | 5.0 ± 0.0 | 1.67 | 0.17 |" in section
     # lam 1: the diverged seed counts too (its time was spent)
     assert "| digits | mi_backprop | λ=1 | 2 | 3.0 | 6.0 ± 0.0 | 2.00 | 0.20 |" in section
+
+
+def test_every_K_of_german_and_imdb_shares_the_erm_run_once() -> None:
+    # lam 0 runs under the first K only; a second K's rule rows choose among its own lambdas
+    # and that ERM, as the selection-gap section of the same K does
+    rows = []
+    for K in (30, 60):
+        for seed in (0, 1):
+            if K == 30:
+                rows += trial(benchmark="german", sigma=NAN, K=K, lam=0.0, seed=seed, mi=0.3,
+                              test_acc=0.75, eo=0.4)
+            rows += trial(benchmark="german", sigma=NAN, K=K, lam=1.0, seed=seed, mi=0.05,
+                          test_acc=0.70, eo=0.05)
+    for split, other in (("EB1", "acc_eb2"), ("EB2", "acc_eb1")):
+        for K in (20, 40):
+            for lam in ((0.0, 0.9) if K == 20 else (0.9,)):
+                rows += trial(benchmark="imdb", sigma=NAN, K=K, lam=lam, mi=1.0 - lam,
+                              train_split=split, acc_test=0.8 - lam / 10,
+                              test_acc=0.8 - lam / 10, **{other: 0.6})
+    tidy, md = tables(rows)
+    oracle = "Ours, oracle (peeks at test labels)"
+    german = cell(tidy, oracle, "Acc.", "Table 3 (accuracy, EO), K=60")
+    assert german["lam"] == 0.0 and german["mean"] == pytest.approx(0.75)
+    assert cell(tidy, "NN (λ=0)", "EO", "Table 3 (accuracy, EO), K=60")["n"] == 2
+    section = md.split("german: selection gap to oracle (test acc), K=60")[1].split("###")[0]
+    assert "| all | oracle (peeks at test labels) | 0 | 0.750 |" in section
+    imdb = cell(tidy, oracle, "EB2→Test", "Table 2 (accuracy), K=40")
+    assert imdb["lam"] == 0.0 and imdb["mean"] == pytest.approx(0.8) and imdb["n"] == 1
+
+
+def test_german_without_erm_still_has_its_row() -> None:
+    # a competitor alone, no ERM: the NN row says so, as Table 1's ERM row does
+    rows = trial(benchmark="german", method="grad_reversal", sigma=NAN, K=0, lam=1.0, mi=NAN,
+                 test_acc=0.7, eo=0.05)
+    tidy, md = tables(rows)
+    nn = cell(tidy, "NN (λ=0)", "Acc.", "Table 3 (accuracy, EO)")
+    assert nn["n"] == 0 and math.isnan(nn["mean"])
+    assert "| NN (λ=0) | — | — |" in md
+    assert cell(tidy, "Grad. reversal (ours) (λ=1)", "EO")["mean"] == pytest.approx(0.05)
+
+
+def test_every_published_row_has_a_value_in_each_column_of_its_spec() -> None:
+    from analysis.published import DIGITS_SIGMAS
+    from analysis.specs import TABLE_SPECS, ColumnAxis
+
+    assert list(TABLE_SPECS) == ["digits", "german", "imdb"]
+    for spec in TABLE_SPECS.values():
+        assert spec.published and all(p.source for p in spec.published), spec.benchmark
+        for p in spec.published:
+            keys = (list(DIGITS_SIGMAS) if isinstance(spec.columns, ColumnAxis)
+                    else [c.label for c in spec.columns])
+            assert list(p.values) == keys, (spec.benchmark, p.row)
+
+
+def test_a_benchmark_is_a_spec_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the builder and the results contract read the specs, no list of names of their own
+    from analysis.published import PublishedRow
+    from analysis.results import validate
+    from analysis.specs import TABLE_SPECS, Column, TableSpec
+
+    toy = TableSpec(benchmark="toy", name="Toy", table="Table 9", measures="accuracy",
+                    columns=(Column("Acc.", ("test_acc",)),),
+                    published=(PublishedRow("ERM (λ=0)", {"Acc.": (0.5, NAN)}, "nowhere"),))
+    monkeypatch.setitem(TABLE_SPECS, "toy", toy)
+    rows = []
+    for lam, acc in ((0.0, 0.6), (1.0, 0.7)):
+        rows += trial(benchmark="toy", sigma=NAN, K=5, lam=lam, test_acc=acc)
+    df = validate(frame(rows))
+    tidy, md = build_tables(df, final_rows(df))
+    assert "## toy: Toy (Table 9)\n\n### Table 9 (accuracy), K=5\n\n| Method | Acc. |" in md
+    assert cell(tidy, "ERM (λ=0)", "Acc.")["mean"] == pytest.approx(0.6)
+    assert cell(tidy, "Ours (λ=1, as the paper)", "Acc.")["mean"] == pytest.approx(0.7)
+    assert cell(tidy, "ERM (λ=0) (published)", "Acc.")["mean"] == 0.5
+
+
+@pytest.mark.parametrize(("preset", "values", "line"), [
+    ("quick", {"source": "mnist5k", "epochs": 8, "palette": "separated"},
+     "quick preset: 4,000 training digits (mnist5k), 8 epochs, palette separated — a smoke "
+     "run, not comparable with the published rows.\n"),
+    ("table1", {"source": "mnist5k", "epochs": 6, "palette": "kim"},
+     "table1 preset: 4,000 training digits (mnist5k), 6 epochs, palette kim: neither the "
+     "paper's protocol nor ours on full MNIST, so not comparable with the published rows.\n"),
+    ("my_preset", {}, "my_preset preset: ? training digits (?), ? epochs, palette ?: neither"),
+    ("table1", {"source": "mnist", "epochs": 6, "palette": "kim"}, None),
+    ("paper", {}, None),  # a record without the setting: the preset's own
+    (None, {}, None),  # no preset recorded: nothing says the runs are off the protocol
+])
+def test_gaps_in_stds_only_on_the_published_rows_protocol(
+        preset: str | None, values: dict, line: str | None) -> None:
+    df = frame(digits_rows())
+    experiment = {"preset": preset, "values": values} if preset else {}
+    _, md = build_tables(df, final_rows(df), experiment=experiment)
+    table = md.split("## digits: Colored MNIST (Table 1)\n\n")[1]
+    if line is None:
+        assert table.startswith("### Table 1 (test accuracy), K=80\n")
+        assert "K=80: ours − published" in md and " std)" in md
+    else:
+        assert table.startswith(line)
+        assert "ours − published" not in md and " std)" not in md
+        assert "(published) | 0.664 ± 0.007 |" in md  # the published rows stay beside ours
+
+
+def test_german_quick_says_what_it_is_and_paper_is_compared() -> None:
+    rows = []
+    for seed, acc in enumerate((0.74, 0.76)):
+        rows += trial(benchmark="german", sigma=NAN, K=30, lam=0.0, seed=seed, mi=0.3,
+                      test_acc=acc, eo=0.02)
+    df = frame(rows)
+    quick = {"preset": "quick", "values": {"epochs": 20, "lr": 0.001}}
+    _, md = build_tables(df, final_rows(df), experiment=quick)
+    assert ("## german: German credit (Table 3)\n\nquick preset: 20 epochs at lr 0.001 (the "
+            "paper: 500 at 1e-05) — a smoke run, not comparable with the published rows.\n"
+            "\n### Table 3") in md
+    assert "ours − published" not in md
+    _, md = build_tables(df, final_rows(df), experiment={"preset": "paper", "values": {}})
+    assert "### Table 3 (accuracy, EO), K=30: ours − published" in md
+
+
+def test_the_digits_spec_counts_the_training_digits_as_the_data_does() -> None:
+    from analysis.specs import DIGITS_TRAIN_ROWS
+    from unbiased.benchmarks.colored_mnist import MNIST5K_TRAIN_PER_CLASS, NUM_CLASSES
+
+    assert DIGITS_TRAIN_ROWS["mnist5k"] == MNIST5K_TRAIN_PER_CLASS * NUM_CLASSES
