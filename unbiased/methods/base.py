@@ -21,6 +21,7 @@ from torch import nn
 
 from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit
 from unbiased.models import linear_classifier
+from unbiased.settings import setting
 
 # Seed offsets of the streams a trial draws from besides the data order (the trial seed):
 # the training rows evaluated (train_eval_rows); the method's own randomness (its modules'
@@ -44,33 +45,36 @@ class TrainConfig:
     """Hyper-parameters every method has. `lam` weighs the method's bias penalty; at 0 every
     method trains g and f by plain ERM."""
 
-    lam: float = 1.0
-    batch_size: int = 1024
-    lr: float = 1e-4  # Adam on g and f
+    lam: float = setting(1.0, "each method's penalty weight; 0 = plain ERM", ge=0, axis=True)
+    batch_size: int = setting(1024, "mini-batch size", ge=1)
+    lr: float = setting(1e-4, "Adam learning rate of g and f", gt=0)
     # "cosine": every optimiser that moves g or f (the task's Adam and a method's own step on
     # g, mi_backprop's MI Adam) decays from its lr to 0 over `epochs`; the adversaries (MINE's
     # T, bias heads) keep theirs, so they can still follow a g that slows down. On a fast
-    # schedule a constant lr let g outrun the critic after its peak (docs/MEASURED.md, issue
-    # 27). `epochs`: the trial's, the schedule's length (the trainable passes it); a trial
-    # continued past it (a larger --epochs on --resume) stretches the rest of the schedule.
-    lr_schedule: str = "constant"
-    epochs: int = 0
-    # Rows per forward pass when g runs over a whole split (evaluation, z bank): large for
-    # small inputs, small for images (a ResNet-50 batch of 4096 would not fit).
-    eval_batch_size: int = 4096
-    # Training rows that train_acc, the method's own `mi` and the trainable's mi_eval are
-    # measured on after each epoch: 0 = every row (exact); N = a fixed random subset of N
-    # rows, drawn once from the trial's seed by a generator of its own (the data order does
-    # not change) and the same every epoch. A forward of all 60,000 full-MNIST rows cost 30%
-    # of an epoch (bench/epoch_cost.py); evaluation splits are always measured whole.
-    train_eval_rows: int = 0
-    # Speed options, off by default (measured in bench/RESULTS.md). `amp`: g runs under bf16
-    # autocast (z, f, MINE and every loss stay fp32). `compile`: torch.compile g (and T) in
-    # place (state_dict keys unchanged). `channels_last`: g's weights and 4-d tensor inputs in
-    # channels-last memory format (conv backbones).
-    amp: bool = False
-    compile: bool = False
-    channels_last: bool = False
+    # schedule a constant lr let g outrun the critic after its peak (docs/MEASURED.md).
+    # `epochs`: the trial's, the schedule's length (the trainable passes it; 0 = none given);
+    # a trial continued past it (a larger --epochs on --resume) stretches the rest of the
+    # schedule.
+    lr_schedule: str = setting(
+        "constant", "g and f's lr held, or decayed to 0 by a half cosine over --epochs "
+                    "(critics and bias heads keep theirs)", choices=LR_SCHEDULES)
+    epochs: int = setting(0, "epochs per trial", ge=1)
+    # Large for small inputs, small for images (a ResNet-50 batch of 4096 would not fit).
+    eval_batch_size: int = setting(
+        4096, "rows per forward pass when evaluating a whole split", ge=1)
+    # N rows are drawn once from the trial's seed by a generator of their own (the data order
+    # does not change) and are the same every epoch. A forward of all 60,000 full-MNIST rows
+    # cost 30% of an epoch (bench/epoch_cost.py); evaluation splits are always measured whole.
+    train_eval_rows: int = setting(
+        0, "training rows train_acc, mi and mi_eval are measured on each epoch: a fixed "
+           "random subset of this many (0 = every row)", ge=0)
+    # Speed options, off by default (measured in bench/RESULTS.md). `amp`: z, f, MINE and
+    # every loss stay fp32. `compile`: in place, so state_dict keys do not change.
+    # `channels_last`: g's weights and 4-d tensor inputs.
+    amp: bool = setting(False, "bf16 autocast for the feature extractor (GPU; off by default)")
+    compile: bool = setting(False, "torch.compile the feature extractor and T (off by default)")
+    channels_last: bool = setting(False,
+                                  "channels-last memory format for conv feature extractors")
 
     def problems(self) -> list[str]:
         """What is wrong with these values, one phrase per field (empty when valid)."""

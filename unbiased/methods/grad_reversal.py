@@ -18,14 +18,18 @@ from torch import nn
 
 from unbiased.data import Benchmark, Split, bias_targets
 from unbiased.methods.base import ERM, BiasHead, TrainConfig, bias_cross_entropy
+from unbiased.settings import setting
 
 
 @dataclass
 class BiasHeadConfig(TrainConfig):
     """A bias head h(z) -> bias class logits."""
 
-    head_hidden: int = 64  # hidden units of h (0 = a linear head)
-    head_lr: float | None = None  # Adam learning rate of h; None = lr
+    head_hidden: int = setting(
+        64, "grad_reversal, confusion, lntl: hidden units of the bias head (0 = linear)", ge=0)
+    head_lr: float | None = setting(
+        None, "grad_reversal, confusion, lntl: Adam learning rate of the bias head (default: "
+              "--lr)", gt=0)
 
     def problems(self) -> list[str]:
         problems = super().problems()

@@ -23,11 +23,14 @@ import torch.nn.functional as F
 
 from unbiased.data import Split
 from unbiased.methods.base import ERM, TrainConfig
+from unbiased.settings import setting
 
 
 @dataclass
 class HSICConfig(TrainConfig):
-    hsic_bandwidth: float | None = None  # Gaussian kernel width on z; None = batch median
+    hsic_bandwidth: float | None = setting(
+        None, "hsic: Gaussian kernel width on z (default: the batch's median pairwise "
+              "distance)", gt=0)
 
     def problems(self) -> list[str]:
         problems = super().problems()

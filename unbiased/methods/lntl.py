@@ -36,6 +36,7 @@ from torch import nn
 from unbiased.data import Benchmark, Split, bias_targets
 from unbiased.methods.base import ERM, BiasHead
 from unbiased.methods.grad_reversal import BiasHeadConfig, reverse_gradient
+from unbiased.settings import setting
 
 # Kim et al.'s reversal scale (trainer.py's GradReverse); their entropy weight, 0.01, is our
 # `lam` and comes from the sweep's lambda grid like every method's.
@@ -47,7 +48,9 @@ class LNTLConfig(BiasHeadConfig):
     """`lam` weighs the heads' negative entropy in g's loss; `mu` scales the reversed bias
     cross-entropy that reaches g from the heads' own update (only when lam > 0)."""
 
-    mu: float = KIM_MU
+    mu: float = setting(
+        KIM_MU, "lntl: scale of the bias heads' gradient reversed into g (Kim et al.'s 0.1)",
+        ge=0)
 
     def problems(self) -> list[str]:
         problems = super().problems()

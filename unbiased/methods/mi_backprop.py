@@ -20,6 +20,7 @@ from torch import nn
 from unbiased.data import Benchmark, Split
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.mine import MINE, estimate_mi, permutation
+from unbiased.settings import setting
 
 INNER_Z_MODES: tuple[str, ...] = ("fresh", "batch", "bank", "first_k")
 MINE_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
@@ -30,9 +31,9 @@ THETA_UPDATES: tuple[str, ...] = ("separate", "joint")
 class MIBackpropConfig(TrainConfig):
     """Algorithm 1's own hyper-parameters (besides lam, batch_size, lr)."""
 
-    K: int = 80  # MINE steps per outer step
-    mine_lr: float = 1e-4
-    mine_optimizer: str = "adam"
+    K: int = setting(80, "MINE steps per model step", ge=1, axis=True)
+    mine_lr: float = setting(1e-4, "learning rate of the statistics network", gt=0)
+    mine_optimizer: str = setting("adam", "optimiser of MINE", choices=MINE_OPTIMIZERS)
     # Where the K inner steps get z: "fresh" = new mini-batches through g without grad, as
     # Algorithm 1 states; "batch" = the current batch's z (computed once) with new shuffles;
     # "bank" = new mini-batches drawn from a bank of z of the whole training set, computed
@@ -42,37 +43,54 @@ class MIBackpropConfig(TrainConfig):
     # before its first theta step, then after every theta step K MINE steps on fresh forwards
     # of the epoch's first K batches (the same rows all epoch, cycled if K exceeds the
     # epoch's batches). T is thus fitted mostly on rows other than the theta batch it scores.
-    inner_z: str = "fresh"
-    bank_refresh: int = 10
-    # "bank" only: None = z of the whole training set; N = z of a random pool of N training
-    # rows, drawn anew at each refresh, so a refresh costs N forwards instead of len(train).
-    bank_size: int | None = None
-    # The authors' code rescales the MI gradient of each theta tensor to norm
-    # min(|g_task|, |g_MI|) so the unbounded MI term cannot swamp the task gradient.
-    rescale_mi_grad: bool = True
-    # How theta takes the two gradients. "separate" (the authors' digit_model.py): the task
-    # gradient through Adam(lr), the (rescaled) MI gradient through a second Adam(lr * lam)
-    # with its own moments, so the penalty keeps a step size of its own however small its
-    # gradient gets. "joint": one Adam step on g_task + lam * g_MI; with rescaling the MI
-    # part can never outgrow the task gradient, which shrinks as the task is fitted, and on
-    # full MNIST the penalty then fades (docs/MEASURED.md).
-    theta_update: str = "separate"
-    # "separate" only: the learning rate of theta's MI Adam. None = lr * lam (the authors'),
-    # so the MI step speeds up with the task's lr; a value decouples the two (a fast task
-    # schedule with a gentle penalty).
-    mi_lr: float | None = None
-    # MINE's bias-corrected gradient (moving average of E[exp T]); None = plain DV gradient.
-    mine_ema_rate: float | None = None
-    mine_hidden: int = 64
-    mine_hidden_layers: int = 2
-    # Ours, not the paper's (docs/MEASURED.md, issue 18). `mine_standardize`: T reads z
-    # standardised per dimension by the statistics of the rows it scores, so rescaling z
-    # cannot carry it out of T's reach. `mi_guard`: theta takes no MI step on a batch whose
-    # DV estimate is below 0, where T is worse than a constant and its gradient says nothing
-    # about colour (on full MNIST a run of such steps let the own estimate run away to -768).
-    # The guard reads the estimate on the host: one device sync per outer step on a GPU.
-    mine_standardize: bool = False
-    mi_guard: bool = False
+    inner_z: str = setting(
+        "fresh", "z of the K inner MINE steps: fresh mini-batches through g (Algorithm 1), "
+                 "the current batch's z reused, mini-batches from a bank of training-set z "
+                 "recomputed every --bank-refresh steps (cheap, but a stale bank let the "
+                 "model fool MINE on digits: see bench/RESULTS.md, section 2), or the "
+                 "authors' digit_trainer.py (first_k: a MINE pass over each epoch, then K "
+                 "steps on fresh forwards of the epoch's first K batches after every theta "
+                 "step)", choices=INNER_Z_MODES)
+    bank_refresh: int = setting(
+        10, "outer steps between recomputations of the z bank (--inner-z bank)", ge=1)
+    # None: z of the whole training set; N: a pool drawn anew at each refresh, so a refresh
+    # costs N forwards instead of len(train).
+    bank_size: int | None = setting(
+        None, "z bank of a random pool of this many training rows instead of the whole set "
+              "(--inner-z bank)", ge=1)
+    # The authors' code does this so the unbounded MI term cannot swamp the task gradient.
+    rescale_mi_grad: bool = setting(
+        True, "scale theta's MI gradient per tensor to norm min(|g_task|, |g_MI|)")
+    # "separate" (the authors' digit_model.py): the MI gradient's Adam has its own moments, so
+    # the penalty keeps a step size of its own however small its gradient gets. "joint": with
+    # rescaling the MI part can never outgrow the task gradient, which shrinks as the task is
+    # fitted, and on full MNIST the penalty then fades (docs/MEASURED.md).
+    theta_update: str = setting(
+        "separate", "separate: the task gradient through Adam(lr) and the rescaled MI "
+                    "gradient through a second Adam(lr * lam), as the authors' code; joint: "
+                    "one Adam step on their sum (fades on full MNIST, docs/MEASURED.md)",
+        choices=THETA_UPDATES)
+    # None = lr * lam (the authors'), so the MI step speeds up with the task's lr; a value
+    # decouples the two (a fast task schedule with a gentle penalty).
+    mi_lr: float | None = setting(
+        None, "theta's MI Adam learning rate under --theta-update separate (default: --lr x "
+              "lam, the authors')", gt=0)
+    # None = the plain DV gradient (a 0 on the command line means None).
+    mine_ema_rate: float | None = setting(
+        None, "MINE's bias-corrected gradient: moving-average rate of E[exp T] (0 = the plain "
+              "DV gradient)", ge=0, le=1)
+    mine_hidden: int = setting(64, "hidden units per layer of the statistics network T", ge=1)
+    mine_hidden_layers: int = setting(2, "hidden layers of the statistics network T", ge=1)
+    # Ours, not the paper's (docs/MEASURED.md). `mi_guard`: where the DV estimate is below 0,
+    # T is worse than a constant and its gradient says nothing about colour (on full MNIST a
+    # run of such steps let the own estimate run away to -768). The guard reads the estimate
+    # on the host: one device sync per outer step on a GPU.
+    mine_standardize: bool = setting(
+        False, "ours: T reads z standardised per dimension by the statistics of the rows it "
+               "scores, so rescaling z cannot carry it out of T's reach")
+    mi_guard: bool = setting(
+        False, "ours: no MI step of theta on a batch whose DV estimate is below 0 (T worse "
+               "than a constant); reports guarded_frac each epoch")
 
     def problems(self) -> list[str]:
         problems = super().problems()

@@ -1,0 +1,117 @@
+"""A setting is declared once: a config dataclass field whose metadata carries the help text,
+choices and bounds of its command-line flag. sweeps/cli.py generates the method and training
+flags from these fields, so a new setting cannot be added without its flag (and its flag
+cannot drift from the field). Nothing here imports torch or ray.
+
+The bounds are what a flag accepts; a config's `problems()` may refuse more (batch_size 1
+passes the flag and is refused by TrainConfig, with the message that says why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from unbiased.stopping import SELECT_EPOCH_RULES
+
+METADATA_KEY = "setting"
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+_KINDS: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a setting's flag shows and checks. `axis`: the sweep drivers take a list of values
+    for it (lam, K), so its flag is written by hand in sweeps/cli.py."""
+
+    help: str
+    choices: tuple[str, ...] | None = None
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    axis: bool = False
+
+    def problem(self, value: float) -> str | None:
+        """Why `value` is out of the flag's bounds (one phrase), or None."""
+        return bounds(ge=self.ge, gt=self.gt, le=self.le, lt=self.lt)(value)
+
+
+def bounds(ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None) -> Callable[[float], str | None]:
+    """A check of one number: None when it is within the bounds (and finite, for a float),
+    else why not ("must be > 0", "must be in [0, 1]")."""
+    low, high = (ge if ge is not None else gt), (le if le is not None else lt)
+
+    def problem(value: float) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be finite"
+        low_ok = low is None or (value >= low if ge is not None else value > low)
+        high_ok = high is None or (value <= high if le is not None else value < high)
+        if low_ok and high_ok:
+            return None
+        if low is not None and high is not None:
+            return (f"must be in {'[' if ge is not None else '('}{low:g}, "
+                    f"{high:g}{']' if le is not None else ')'}")
+        if low is not None:
+            return f"must be {'>=' if ge is not None else '>'} {low:g}"
+        return f"must be {'<=' if le is not None else '<'} {high:g}"
+    return problem
+
+
+def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
+            ge: float | None = None, gt: float | None = None, le: float | None = None,
+            lt: float | None = None, axis: bool = False) -> Any:
+    """A dataclass field with its default and the flag's help, choices and bounds."""
+    meta = Setting(help=help, choices=None if choices is None else tuple(choices), ge=ge,
+                   gt=gt, le=le, lt=lt, axis=axis)
+    return dataclasses.field(default=default, metadata={METADATA_KEY: meta})
+
+
+def setting_of(f: dataclasses.Field) -> Setting | None:
+    return f.metadata.get(METADATA_KEY)
+
+
+def kind_of(f: dataclasses.Field) -> type:
+    """The value type of a field (bool, int, float or str), `| None` dropped."""
+    if isinstance(f.type, str):
+        names = [part.strip() for part in f.type.split("|") if part.strip() != "None"]
+        if len(names) == 1 and names[0] in _KINDS:
+            return _KINDS[names[0]]
+    elif f.type in _KINDS.values():
+        return f.type
+    raise TypeError(f"setting {f.name}: type {f.type!r} is not one of bool, int, float, str "
+                    f"(optionally | None)")
+
+
+def own_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields `cls` declares itself (not those of its base classes), in order."""
+    own = cls.__dict__.get("__annotations__", {})
+    return [f for f in dataclasses.fields(cls) if f.name in own]
+
+
+@dataclass
+class TrialSettings:
+    """What the trainable reads from a trial's config besides the method's settings
+    (trainables/common.py, run_trial), with the values it takes when the config lacks one."""
+
+    device: str = setting("auto", "training device (auto: cuda when the trial has a GPU)",
+                          choices=DEVICES)
+    mi_eval_steps: int = setting(
+        2000, "training steps of the fresh statistics network behind mi_eval", ge=1)
+    # A fresh critic every epoch would cost more than the training on a long schedule
+    # (docs/MEASURED.md, "The GPU path on an H200").
+    mi_eval_every: int = setting(
+        1, "with a label-free --select-epoch: re-estimate MI every N epochs (and at the last) "
+           "and pick among those epochs", ge=1)
+    select_epoch: str = setting(
+        "last", "which epoch a trial reports: last, or lowest_mi / lowest_mi_cond "
+                "(label-free stopping rules: mi_eval / mi_eval_cond every epoch, the lowest "
+                "among epochs that fit the training data and read above their prediction "
+                "floor; its row gets selected = True)", choices=SELECT_EPOCH_RULES)
+    deterministic: bool = setting(
+        False, "deterministic cuDNN and algorithms, TF32 off: on a GPU the same config and "
+               "seed then repeat their numbers, as on CPU (slower)")
