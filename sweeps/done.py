@@ -2,7 +2,7 @@
 
 `--resume` continues from Tune's own state in OUT; that state lives on the machine that ran
 the sweep (128 MB for Table 1) and is gone when the machine is. What survives is the CSV of
-every finished epoch `bench/export_epochs.py` writes and the team commits under
+every finished epoch `sweeps/export_epochs.py` writes and the team commits under
 bench/results/. With `--done FILE` a new run of the same grid leaves out every trial whose
 epochs 1..E are all in FILE, runs the rest, and writes results.parquet, tables and figures
 from both, as one run of the whole grid would. A trial FILE holds only part of is run again
@@ -42,7 +42,7 @@ def read_done(path: Path, keys: tuple[str, ...]) -> pd.DataFrame:
     missing = [k for k in need if k not in rows.columns]
     if missing:
         raise SweepError(f"--done {path}: no column {', '.join(missing)} (expected the CSV "
-                         f"bench/export_epochs.py writes)")
+                         f"sweeps/export_epochs.py writes)")
     if "K" not in rows.columns:
         rows["K"] = 0
     rows["K"] = rows["K"].fillna(0).astype(int)
