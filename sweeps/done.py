@@ -9,9 +9,9 @@ from both, as one run of the whole grid would. A trial FILE holds only part of i
 from its first epoch (its checkpoint went with the machine).
 
 A row of FILE belongs to a grid point when method, the data axes, lam, K and seed match; a
-FILE that records each trial's config (`config`, written by export_epochs since this flag
-exists) must also agree with the sweep on every shared setting that changes the numbers, or
-the run is refused before Ray starts. A `--tracker` logs the trials this run trains, not the
+FILE that records each trial's config (the `config` column export_epochs writes) must also
+agree with the sweep on every shared setting that changes the numbers, or the run is refused
+before Ray starts. A `--tracker` logs the trials this run trains, not the
 ones it took over (they were logged, if at all, where they ran).
 """
 
