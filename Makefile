@@ -1,13 +1,14 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11:
 #   make quick   - create .venv and run the quick digits sweep (embedded MNIST subset, CPU)
 #   make test    - create .venv and run the tests
+#   make test-fast - the tests that start no Ray or sweep driver and are not slow (markers)
 #   make gpu-check - on a machine with a CUDA GPU: CUDA tests, a paper-preset slice, a report
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: quick test lint gpu-check clean-venv
+.PHONY: quick test test-fast lint gpu-check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,9 @@ quick: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q $(ARGS)
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not ray and not slow" $(ARGS)
 
 # ~5 minutes on one GPU; writes bench/results/gpu/<device>.md. ARGS="--root DIR" for MNIST.
 gpu-check: $(VENV)/.installed

@@ -66,7 +66,7 @@ def _lams(values: pd.Series) -> str:
 
 
 class SelectionRule(ABC):
-    """`name` is shown in tables; `key` is the short id (DESIGN.md's rule names)."""
+    """`name` is shown in tables; `key` is the short id (docs/DESIGN.md's rule names)."""
 
     name: ClassVar[str]
     key: ClassVar[str]

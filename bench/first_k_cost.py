@@ -1,5 +1,6 @@
-"""What the authors' MINE schedule (`--inner-z first_k`, issue 18) costs per epoch on full
-MNIST beside the `cpu` preset's `batch` inner z, timed in the same run on one thread.
+"""What the authors' MINE schedule (`--inner-z first_k`) costs per epoch on full MNIST beside
+the `cpu` preset's `batch` inner z, timed in the same run on one thread (bench/RESULTS.md,
+section 11).
 
     python bench/first_k_cost.py --root ../shared/data/mnist [--steps 10]
 

@@ -1,6 +1,7 @@
 """One inner MINE step (T forward on joint and shuffled pairs, backward, optimiser step) four
-ways: the loop's first version, with fused Adam, as now (fused Adam + one stacked T pass), and
-as now with T on batch-standardised z (`--mine-standardize`, issue 18).
+ways: two separate T passes with plain Adam, with fused Adam, as MINE.phi_loss does it
+(fused Adam + one stacked T pass), and that with T on batch-standardised z
+(`--mine-standardize`). Results: bench/RESULTS.md, "MINE step itself".
 
     python bench/mine_step.py                   # digits T (z 64, c 24), batch 256 and 1024
 
@@ -34,9 +35,9 @@ def make_step(batch: int, fused: bool, stacked: bool, standardize: bool = False
     gen = torch.Generator().manual_seed(0)
 
     def step() -> None:
-        if stacked:  # what MINE.phi_loss does now
+        if stacked:  # what MINE.phi_loss does
             loss, _ = mine.phi_loss(z, c, gen)
-        else:  # two passes of T, as before
+        else:  # two separate passes of T
             loss = -dv_bound(mine.T(z, c), mine.T(z, shuffled(c, gen)))
         opt.zero_grad(set_to_none=True)
         loss.backward()

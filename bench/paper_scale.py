@@ -1,5 +1,5 @@
-"""Per-epoch curves of one Colored MNIST run outside Ray: the probe behind docs/MEASURED.md
-(issue 12: what keeps lam = 1 from decaying toward ERM on full MNIST).
+"""Per-epoch curves of one Colored MNIST run outside Ray: the probe behind docs/MEASURED.md,
+"Full MNIST, sigma 0.03" (what keeps lam = 1 from decaying toward ERM on full MNIST).
 
     python bench/paper_scale.py --root ../shared/data/mnist --sigma 0.03 --lam 1 \\
         --epochs 12 --batch-size 128 --K 40 --theta-update separate --out run.jsonl

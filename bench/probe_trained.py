@@ -1,4 +1,5 @@
-"""Probe the models a digits sweep trained, from their checkpoints (issue 18).
+"""Probe the models a digits sweep trained, from their checkpoints (docs/MEASURED.md, "The same
+trained models: random RGB test colours, estimates and their floors").
 
 For every trial of a sweep's Tune directory: its last checkpoint's g and f (and the epoch its
 stopping rule selected, when it kept one), on the trial's own data (its sigma, seed, palette):

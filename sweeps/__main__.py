@@ -3,6 +3,7 @@
     python -m sweeps digits --preset quick
     python -m sweeps german --help
     python -m sweeps rerun results/digits_quick --seeds 3,4,5
+    python -m sweeps export results/digits_quick epochs.csv
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ DRIVERS = {
     "critic_ablation": "sweeps.critic_ablation",
     "lambda_search": "sweeps.lambda_search",
     "rerun": "sweeps.rerun",  # not a benchmark: re-runs a finished sweep's picks on new seeds
+    "export": "sweeps.export_epochs",  # not a benchmark: a sweep's epochs as the CSV --done reads
 }
 
 

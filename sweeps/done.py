@@ -2,16 +2,16 @@
 
 `--resume` continues from Tune's own state in OUT; that state lives on the machine that ran
 the sweep (128 MB for Table 1) and is gone when the machine is. What survives is the CSV of
-every finished epoch `bench/export_epochs.py` writes and the team commits under
+every finished epoch `sweeps/export_epochs.py` writes and the team commits under
 bench/results/. With `--done FILE` a new run of the same grid leaves out every trial whose
 epochs 1..E are all in FILE, runs the rest, and writes results.parquet, tables and figures
 from both, as one run of the whole grid would. A trial FILE holds only part of is run again
 from its first epoch (its checkpoint went with the machine).
 
 A row of FILE belongs to a grid point when method, the data axes, lam, K and seed match; a
-FILE that records each trial's config (`config`, written by export_epochs since this flag
-exists) must also agree with the sweep on every shared setting that changes the numbers, or
-the run is refused before Ray starts. A `--tracker` logs the trials this run trains, not the
+FILE that records each trial's config (the `config` column export_epochs writes) must also
+agree with the sweep on every shared setting that changes the numbers, or the run is refused
+before Ray starts. A `--tracker` logs the trials this run trains, not the
 ones it took over (they were logged, if at all, where they ran).
 """
 
@@ -42,7 +42,7 @@ def read_done(path: Path, keys: tuple[str, ...]) -> pd.DataFrame:
     missing = [k for k in need if k not in rows.columns]
     if missing:
         raise SweepError(f"--done {path}: no column {', '.join(missing)} (expected the CSV "
-                         f"bench/export_epochs.py writes)")
+                         f"sweeps/export_epochs.py writes)")
     if "K" not in rows.columns:
         rows["K"] = 0
     rows["K"] = rows["K"].fillna(0).astype(int)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from unbiased.benchmarks.colored_mnist import PAPER_SIGMAS
 
-# The cpu preset's epochs (issue 27): its schedule (Adam 1e-3 at batch 128, decayed to 0 by a
+# The cpu preset's epochs: its schedule (Adam 1e-3 at batch 128, decayed to 0 by a
 # cosine over these epochs) brings ERM on Kim's palette to the published row's level within
 # 2-6 epochs, and lam = 1 holds to the last of them; the 14-trial grid at 6 epochs took 69 min
 # on 2 cores (ERM ~77 s an epoch, lam = 1 ~110 s, side by side on full MNIST; docs/MEASURED.md,
@@ -32,8 +32,9 @@ DIGITS: dict[str, dict[str, object]] = {
     # presets' "separate": at this preset's lr 1e-3 the separate MI Adam made lam = 1 peak at
     # epoch 3 and fall back toward ERM by epoch 7 (sigma 0.03, seed 0: test .474 -> .327,
     # ERM .292), while joint keeps its gain over 8 epochs (docs/MEASURED.md).
-    # mine_standardize (ours, issue 18): over seeds 1-3 lam = 1 gained .183 over ERM at sigma
-    # .03 with it and .091 without (.148 / .158 at .045); mi_guard never fired here.
+    # mine_standardize (ours): over seeds 1-3 lam = 1 gained .183 over ERM at sigma .03 with
+    # it and .091 without (.148 / .158 at .045); mi_guard never fired here (docs/MEASURED.md,
+    # "What keeps lam = 1 up on every seed", "Screen on the embedded data").
     "quick": {
         "source": "mnist5k", "sigma": [0.03, 0.045], "lam": [0.0, 1.0], "seeds": [0],
         "palette": "separated", "stroke": "scaled",
@@ -44,8 +45,9 @@ DIGITS: dict[str, dict[str, object]] = {
     },
     # Table 1 on full MNIST on a 2-core CPU: 7 sigmas x lam {0, 1} x seed 0 = 14 trials, 2 at
     # a time, the paper's LeNet (width 64) and K, on Kim's Colored MNIST as far as public
-    # images of Kim's files show (palette "kim", stroke "flat"; issue 27). Everything below
-    # was measured on full MNIST (docs/MEASURED.md):
+    # images of Kim's files show (palette "kim", stroke "flat"; docs/MEASURED.md, "Kim's
+    # Colored MNIST as Kim built it"). Everything below was measured on full MNIST
+    # (docs/MEASURED.md, that section and "The `cpu` preset's schedule"):
     # - palette kim x stroke flat: colour alone classifies .84 of the training digits at
     #   sigma .020 (ours "separated" x "scaled": .91), and ERM then lands on the published
     #   ERM row within 2 epochs of Adam 1e-3 at batch 128 (the "separated" grid sat .22-.35
@@ -56,12 +58,14 @@ DIGITS: dict[str, dict[str, object]] = {
     #   epoch at sigma .020 and .030 on seeds 1 and 2.
     # - mine_lr 1e-3: with the critic at 1e-4 g outran it within 3 epochs at this lr.
     # - theta_update "separate" (the authors' two Adams, the MI step at lr x lam): one Adam on
-    #   the sum lets the rescaled MI gradient fade with the task gradient (issue 12).
+    #   the sum lets the rescaled MI gradient fade with the task gradient (docs/MEASURED.md,
+    #   "Full MNIST, sigma 0.03"; bench/RESULTS.md, section 8).
     # - mine_ema_rate 0.01 (MINE's moving-average gradient), inner z "batch" (Algorithm 1's
     #   "fresh" costs ~40x an ERM step on CPU; "batch" ~2x).
-    # - mine_standardize and mi_guard (ours, issue 18): T reads batch-standardised z, so g
-    #   cannot carry z out of its reach by rescaling; no MI step on a batch whose estimate is
-    #   below 0. Without them the raw critic was gamed (own estimate -768 nats at seed 7).
+    # - mine_standardize and mi_guard (ours): T reads batch-standardised z, so g cannot
+    #   carry z out of its reach by rescaling; no MI step on a batch whose estimate is below
+    #   0. Without them the raw critic was gamed (own estimate -768 nats at seed 7;
+    #   docs/MEASURED.md, "What keeps lam = 1 up on every seed").
     # - select_epoch lowest_mi_cond: the label-free rule reports the epoch with the lowest
     #   mi_eval_cond (colour beyond the label) among epochs that fit and read above their
     #   prediction floor (lam 0 reports its last epoch).
@@ -78,10 +82,11 @@ DIGITS: dict[str, dict[str, object]] = {
     },
     # Table 1 of the paper: 7 sigmas x lam {0, 0.5, 1} x 3 seeds, 150 epochs, batch 1024,
     # K = 80, Adam 1e-4 for model and MINE, full MNIST, a quarter of a GPU per trial, on the
-    # cpu preset's protocol (Kim's palette, flat strokes; issue 27).
-    # Measured at full scale on CPU (issues 12 and 18, <= 14 epochs, sigma 0.03): the separate
-    # theta update, MINE's moving-average gradient, the standardised critic input, the MI
-    # guard and the label-free stopping rule, as `cpu`.
+    # cpu preset's protocol (Kim's palette, flat strokes).
+    # Measured at full scale on CPU (<= 14 epochs, sigma 0.03; docs/MEASURED.md, "Full MNIST,
+    # sigma 0.03" and "What keeps lam = 1 up on every seed"): the separate theta update,
+    # MINE's moving-average gradient, the standardised critic input, the MI guard and the
+    # label-free stopping rule, as `cpu`.
     # Extrapolated, not measured: that they hold over 150 epochs, at other sigmas beyond the
     # cpu preset's epochs, and on a GPU. Inner z `batch`, not Algorithm 1's `fresh`: at K = 80
     # a `batch` step costs 1.8-2.0x an ERM step on CPU against 38-41x for `fresh`
@@ -99,9 +104,10 @@ DIGITS: dict[str, dict[str, object]] = {
         "device": "cuda", "mi_eval_steps": 3000, "mi_eval_every": MI_EVAL_EVERY_PAPER,
     },
 }
-# Each method's lambda chosen the way a user without unbiased validation data would (issue
-# 28): one sigma (.030), one seed, the `cpu` preset's protocol and schedule, every method on a
-# lambda grid around its authors' value; the label-free rules of table.md then pick per method.
+# Each method's lambda chosen the way a user without unbiased validation data would
+# (docs/MEASURED.md, "The lambda screen"): one sigma (.030), one seed, the `cpu` preset's
+# protocol and schedule, every method on a lambda grid around its authors' value; the
+# label-free rules of table.md then pick per method.
 # lntl's entropy weight lives on another scale (Kim et al. use 0.01), hence its own grid.
 DIGITS["screen"] = {
     **DIGITS["cpu"], "sigma": [0.03], "seeds": [0],
@@ -201,13 +207,14 @@ IMDB: dict[str, dict[str, object]] = {
         "device": "cuda", "mi_eval_steps": 2000,
     },
 }
-# Table 1 as the paper prints it, every row run by us (issue 29): each method at the lambda
-# the `screen` preset's lowest-MI rule (label-free) picked on full MNIST at sigma .030, seed 0
-# (docs/MEASURED.md, "The lambda screen"): mi_backprop 1, confusion 1, lntl 0.01, hsic 3 (the
-# oracle, which peeks at test labels, would take lntl 0.1 and agrees elsewhere). Every sigma,
-# seeds 0-2, ERM once per (sigma, seed), on the `cpu` preset's protocol and schedule.
-# 7 x 3 x 5 = 105 trials: ~2.2 h a seed on 2 cores, run across sessions with --resume
-# (README, "Reliability").
+# Table 1 as the paper prints it, every row run by us (docs/MEASURED.md, "Table 1 over three
+# seeds"): each method at the lambda the `screen` preset's lowest-MI rule (label-free) picked
+# on full MNIST at sigma .030, seed 0 ("The lambda screen"): mi_backprop 1, confusion 1, lntl
+# 0.01, hsic 3 (the oracle, which peeks at test labels, would take lntl 0.1 and agrees
+# elsewhere). Every sigma, seeds 0-2, ERM once per (sigma, seed), on the `cpu` preset's
+# protocol and schedule.
+# 7 x 3 x 5 = 105 trials: ~2.2 h a seed on 2 cores, so it runs in parts, continued with
+# --resume or, on another machine, --done (README, "Reliability").
 DIGITS["table1"] = {
     **DIGITS["cpu"], "seeds": [0, 1, 2],
     "method": ["mi_backprop", "confusion", "lntl", "hsic"], "lam": [0.0, 1.0],

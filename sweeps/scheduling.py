@@ -17,9 +17,9 @@ class GridOrderScheduler(FIFOScheduler):
     """Tune's FIFO scheduler, but the waiting trial that starts next is always the first in
     the grid's order (seed by seed, the first method first: sweeps.core.GridSpec.points),
     on --resume too. Tune's FIFO takes its trial list's order, which a restore rebuilds from
-    a dict in the saved state and re-sorts by last result: a resumed Table 1 grid jumped to
-    seed 2 and to the competitors while seed 0's mi_backprop rows waited, so a grid cut off
-    again at a session's end held no whole seed."""
+    a dict in the saved state and re-sorts by last result: a resumed grid would jump to later
+    seeds and to the competitors while the first seed's trials wait, and a grid cut off
+    again would hold no whole seed."""
 
     def choose_trial_to_run(self, tune_controller) -> Trial | None:
         for status in (Trial.PENDING, Trial.PAUSED):

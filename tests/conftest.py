@@ -1,13 +1,116 @@
-"""Shared fixtures: one real local Ray per test session, small real data."""
+"""Shared fixtures: one real local Ray per test session, small real data; the `ray` marker.
+
+A test that starts Ray, in the test or in a process it runs, or that runs a sweep driver in a
+subprocess (a Python start importing torch and Ray: seconds each, tens of them on a loaded
+machine) is marked `ray`, and `make test-fast` (`pytest -m "not ray and not slow"`) leaves it
+out. Marked here: tests using a `RAY_FIXTURES` fixture, and tests whose code (or a helper of
+tests/ it calls) starts a driver or watches a Ray's processes (tests/processes.py). Others by
+hand; `slow` (over ~4 s idle) is always by hand.
+
+`_no_ray_unless_marked` fails a test not marked `ray` that does either anyway: it runs with
+RAY_TMPDIR set to a directory of its own, which the processes it starts inherit (a Ray session
+directory there afterwards, or a Ray this process had not started before, means a Ray was
+started), and a driver started through `subprocess` fails it at once.
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+
+RAY_FIXTURES = frozenset({"ray_local"})
+# In a test's code: a sweep driver (sweeps/NAME.py or `-m sweeps`, except the export tool that
+# reads files only), or the tests/processes.py helpers, which watch a Ray's processes.
+_STARTS_RAY = re.compile(r"""sweeps["']?\s*/\s*["']?(?!export_epochs)\w+\.py"""
+                         r"""|["']-m["'],\s*["']sweeps["']|\bDRIVER\b"""
+                         r"""|\b(descendants|with_text|alive)\(""")
+_TESTS = Path(__file__).resolve().parent
+
+
+def _code_of(func, seen: set) -> str:
+    """The source of `func` and of the functions of tests/ it names, transitively."""
+    if not inspect.isfunction(func) or func in seen:
+        return ""
+    seen.add(func)
+    try:
+        if Path(inspect.getsourcefile(func) or "").resolve().parent != _TESTS:
+            return ""
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        return ""
+    names = func.__code__.co_names
+    return source + "".join(_code_of(func.__globals__.get(n), seen) for n in names)
+
+
+def _starts_ray(item: pytest.Item) -> bool:
+    if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    return bool(_STARTS_RAY.search(_code_of(getattr(item, "function", None), set())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("ray") is None and _starts_ray(item):
+            item.add_marker(pytest.mark.ray)
+
+
+def _ray_running_here() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and hasattr(ray, "is_initialized") and ray.is_initialized()
+
+
+def _driver_argv(args) -> bool:
+    """Whether a subprocess command line runs a sweep driver."""
+    argv = [os.fspath(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+    if any(re.search(r"(^|/)sweeps/(?!export_epochs\.py$)\w+\.py$", a) for a in argv):
+        return True
+    return any(a == "-m" and b == "sweeps" and c != "export"
+               for a, b, c in zip(argv, argv[1:], [*argv[2:], ""], strict=False))
+
+
+_MARK_IT = "add @pytest.mark.ray so that `make test-fast` leaves it out"
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_unless_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Fail a test not marked `ray` that starts a Ray or a sweep driver."""
+    if request.node.get_closest_marker("ray") is not None:
+        yield
+        return
+    popen_init = subprocess.Popen.__init__
+
+    def checked_init(self, args, *rest, **kwargs):
+        if _driver_argv(args):
+            pytest.fail(f"this test runs a sweep driver ({args}) but is not marked `ray`: "
+                        f"{_MARK_IT}", pytrace=False)
+        popen_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", checked_init)
+    # Short: a Ray started here anyway must still fit its socket paths (107 characters).
+    temp = Path(tempfile.mkdtemp(prefix="noray"))
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    before = _ray_running_here()
+    try:
+        yield
+    finally:
+        sessions = sorted(p.name for p in temp.glob("ray/session_*"))
+        started_here = _ray_running_here() and not before
+        shutil.rmtree(temp, ignore_errors=True)
+    if sessions or started_here:
+        where = f"in a process it ran ({sessions[0]})" if sessions else "in this process"
+        pytest.fail(f"this test started Ray {where} but is not marked `ray`: {_MARK_IT}",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")

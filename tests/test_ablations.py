@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from analysis import build_all
 from analysis.ablations import ablation_axis, ablation_section, per_trial
@@ -43,6 +44,7 @@ def test_the_critic_axis_is_found_and_tabled_per_critic():
     assert "0.755 ± 0.007" in rows[3] and "1 of 2" in rows[0]  # both: .75 and .76
 
 
+@pytest.mark.slow
 def test_k_ablation_with_erm_beside_it_is_a_k_axis_and_erm_is_left_out(tmp_path: Path):
     rows = trial(lam=0.0, K=20, seed=0, trial_id="erm")
     for K in (20, 40, 80):

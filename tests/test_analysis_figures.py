@@ -26,6 +26,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.slow
 def test_build_all_writes_figures(tmp_path: Path) -> None:
     atomic_write_parquet(demo(), tmp_path / "results.parquet")
     written = build_all(tmp_path)
@@ -70,6 +71,7 @@ def test_fairness_figure_marks_the_lowest_mi_choice_and_draws_the_svm() -> None:
     assert len(svm_lines) == 1 and svm_lines[0].get_ydata()[0] == pytest.approx(0.74)
 
 
+@pytest.mark.slow
 def test_several_methods_get_a_curve_each_and_their_own_curves(tmp_path: Path) -> None:
     rows = []
     for seed in (0, 1):
@@ -88,6 +90,7 @@ def test_several_methods_get_a_curve_each_and_their_own_curves(tmp_path: Path) -
     assert width > 500 and height > 300
 
 
+@pytest.mark.slow
 def test_table1_figure_draws_each_fixed_row_of_ours_beside_its_published_row(
         tmp_path: Path) -> None:
     rows = []

@@ -1,5 +1,5 @@
 """`--done CSV`: a grid continued on a new machine from the per-epoch rows an earlier run left
-(bench/export_epochs.py), without Tune's state: finished trials are not run again and their
+(sweeps/export_epochs.py), without Tune's state: finished trials are not run again and their
 rows join the results as if one run had done them all."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ GRID = [*TINY, "--lam", "0,1", "--epochs", "2", "--lr", "0.001"]
 
 
 def _export(out: Path, dest: Path) -> pd.DataFrame:
-    proc = subprocess.run([sys.executable, "bench/export_epochs.py", str(out), str(dest)],
+    proc = subprocess.run([sys.executable, "sweeps/export_epochs.py", str(out), str(dest)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return pd.read_csv(dest)

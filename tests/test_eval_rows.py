@@ -14,6 +14,8 @@ from unbiased.methods import make_method
 from unbiased.mine import estimate_mi
 from unbiased.train import mi_eval
 
+pytestmark = pytest.mark.slow  # trains a model and estimates MI on it, exactly and on a subset
+
 VALUES = {"lam": 1.0, "K": 5, "batch_size": 256, "lr": 1e-3, "mine_lr": 3e-3,
           "inner_z": "batch", "theta_update": "joint"}
 ROWS = 1000

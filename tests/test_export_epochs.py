@@ -1,4 +1,7 @@
-"""bench/export_epochs.py: the per-epoch rows committed between sessions keep every trial."""
+"""sweeps/export_epochs.py: the per-epoch rows committed between sessions keep every trial.
+
+The first test runs it as a script; the others through `python -m sweeps export` in-process
+(it is importable, and the entry point reaches it)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ def test_two_methods_at_one_data_point_stay_two_trials_and_reruns_count_once(tmp
     _trial(tmp_path, "a", {**point, "method": "mi_backprop", "K": 80}, [1, 2, 3])
     _trial(tmp_path, "b", {**point, "method": "lntl"}, [1, 2, 2, 3])
     dest = tmp_path / "rows" / "epochs.csv"
-    proc = subprocess.run([sys.executable, "bench/export_epochs.py", str(tmp_path), str(dest)],
+    proc = subprocess.run([sys.executable, "sweeps/export_epochs.py", str(tmp_path), str(dest)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "6 epochs of 2 trials" in proc.stdout
@@ -37,14 +40,16 @@ def test_two_methods_at_one_data_point_stay_two_trials_and_reruns_count_once(tmp
                                                               ("mi_backprop", 80): 3}
 
 
-def _export(out: Path, dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "bench/export_epochs.py", str(out), str(dest),
-                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return proc
+def _export(out: Path, dest: Path, *extra: str, capsys) -> str:
+    """What `python -m sweeps export OUT DEST` prints."""
+    from sweeps.__main__ import main
+
+    capsys.readouterr()
+    assert main(["export", str(out), str(dest), *extra]) == 0
+    return capsys.readouterr().out
 
 
-def test_exporting_part_of_a_grid_into_the_csv_keeps_its_other_trials(tmp_path):
+def test_exporting_part_of_a_grid_into_the_csv_keeps_its_other_trials(tmp_path, capsys):
     # Session 1 exported trials a (3 epochs) and b (2 epochs); session 2 ran only part of
     # the grid (a `--method` or `--seeds` run): b again, cut after epoch 1, and a new c.
     # Exporting it back into the same CSV keeps a and b's two epochs and adds c.
@@ -57,17 +62,17 @@ def test_exporting_part_of_a_grid_into_the_csv_keeps_its_other_trials(tmp_path):
     _trial(second, "b", b, [1])
     _trial(second, "c", c, [1, 2, 3])
     dest = tmp_path / "epochs.csv"
-    _export(first, dest)
-    proc = _export(second, dest)
-    assert "8 epochs of 3 trials (2 of them kept from the CSV it replaced)" in proc.stdout
+    _export(first, dest, capsys=capsys)
+    out = _export(second, dest, capsys=capsys)
+    assert "8 epochs of 3 trials (2 of them kept from the CSV it replaced)" in out
     rows = pd.read_csv(dest)
     assert rows.groupby(["method", "seed"])["epoch"].max().to_dict() == {
         ("lntl", 1): 2, ("lntl", 2): 3, ("mi_backprop", 0): 3}
     # a trial the new run holds more epochs of takes the new rows
     third = tmp_path / "run3"
     _trial(third, "a", a, [1, 2, 3, 4])
-    _export(third, dest)
+    _export(third, dest, capsys=capsys)
     assert pd.read_csv(dest).query("method == 'mi_backprop'")["epoch"].max() == 4
     # --replace: this run's rows alone
-    proc = _export(second, dest, "--replace")
-    assert "4 epochs of 2 trials" in proc.stdout and "kept" not in proc.stdout
+    out = _export(second, dest, "--replace", capsys=capsys)
+    assert "4 epochs of 2 trials" in out and "kept" not in out

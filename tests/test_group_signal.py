@@ -14,8 +14,11 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests.processes import alive, descendants, with_text
+
+pytestmark = pytest.mark.ray  # every test runs a local sweep in a driver process
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"

@@ -26,6 +26,7 @@ def _mismatches(before: dict, after: dict, epochs: int | None = None, rel: float
             if new[key] != pytest.approx(value, rel=rel, abs=abs_)]
 
 
+@pytest.mark.slow
 def test_mi_backprop_matches_its_recorded_metrics():
     # Recorded per kind of CPU (tests/fixtures/record_mi_backprop.py says why). On a CPU with
     # a recording every metric of every epoch must match; on another, the first epoch's loss
@@ -78,6 +79,7 @@ def test_lam_zero_is_plain_erm_and_lam_one_is_not(method, grey_digits):
                                                        strict=True))
 
 
+@pytest.mark.slow
 def test_lam_zero_is_the_same_erm_under_every_method_and_K(grey_digits):
     # Each method draws from generators of its own (issue 20): at lam = 0, g and f see the
     # same batches in the same order as plain ERM, epoch after epoch, evaluation included.

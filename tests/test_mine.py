@@ -42,6 +42,7 @@ def _train(rho: float, ema_rate: float | None, seed: int = 0, steps: int = 1500)
     return estimate_mi(mine, z, c, shuffles=4, generator=gen)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ema_rate", [None, 0.01], ids=["dv-gradient", "ema-corrected"])
 @pytest.mark.parametrize("rho", [0.5, 0.9])
 def test_mine_matches_gaussian_closed_form(rho, ema_rate):
@@ -94,6 +95,7 @@ def test_standardized_critic_is_blind_to_the_scale_and_shift_of_z():
         assert (abs(a - b) < 1e-4) == same, (standardize, a, b)
 
 
+@pytest.mark.slow
 def test_standardized_critic_still_estimates_mi():
     # Standardising z is invertible per batch: the bound must still reach the closed form.
     gen = torch.Generator().manual_seed(0)

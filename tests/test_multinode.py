@@ -28,6 +28,9 @@ import pytest
 
 from tests.processes import descendants
 
+# `ray start` nodes with a --temp-dir of their own (conftest's RAY_TMPDIR check cannot see them)
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 STARTED = "Ray runtime started."

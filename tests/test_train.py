@@ -75,6 +75,7 @@ def test_resume_from_state_dict_continues_exactly(inner_z):
     assert straight.evaluate() == resumed.evaluate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_mi_goes_down_when_lambda_goes_up(seed: int):
     # c independent of y and noisy in x[1]: ERM's 4 ReLU features carry c incidentally;
@@ -172,6 +173,7 @@ def test_theta_update_is_validated_and_irrelevant_at_lam_zero():
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_conditional_mi_eval_sees_colour_beyond_the_label_only():
     # z = one-hot label: it knows c only through y, so I(z; c | y) ~ 0 while the plain bound
     # reads about I(y; c); z = [label, c] carries c beyond y and scores high on both.

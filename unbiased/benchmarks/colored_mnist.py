@@ -68,8 +68,9 @@ DISTINCT_COLOURS = torch.tensor([
 ], dtype=torch.float32)
 DISTINCT_COLOURS = DISTINCT_COLOURS / DISTINCT_COLOURS.amax(dim=1, keepdim=True)
 
-# Kim et al.'s class means, as far as public images of their data files show them (issue 27;
-# bench/kim_palette.py re-derives every number below from the sources it names). Kim's
+# Kim et al.'s class means, as far as public images of their data files show them
+# (docs/MEASURED.md, "What public images of Kim's files show"; bench/kim_palette.py
+# re-derives every number below from the sources it names). Kim's
 # `mnist_10color_jitter_var_*.npy` files cannot be downloaded here; two sources show images:
 # - hushon/learning-not-to-learn-tensorflow, dataset_inspector.ipynb: the first 10 training
 #   images of two different files (notebook revisions cbc6cf1 and beeb3e4; which sigma each
@@ -90,7 +91,8 @@ DISTINCT_COLOURS = DISTINCT_COLOURS / DISTINCT_COLOURS.amax(dim=1, keepdim=True)
 # 13 dof; a simulation with these means, clipping and rounding puts the std between 0.085 and
 # 0.125). That is a variance of ~0.009, below the 0.020-0.050 of the file names read as
 # variances (std 0.141-0.224, rejected at p < 0.01 for both files alike) and above them read
-# as std. We keep sigma as the variance (Kim's option.py; docs/MEASURED.md, issue 27).
+# as std. We keep sigma as the variance (Kim's option.py; docs/MEASURED.md, "Kim's Colored
+# MNIST as Kim built it").
 KIM_COLOURS = torch.tensor([
     [0.861, 0.105, 0.241],  # 0 crimson      n = 2 + 4
     [0.096, 0.520, 0.563],  # 1 teal         n = 6 + 4

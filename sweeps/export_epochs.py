@@ -1,17 +1,18 @@
-"""Every finished epoch of a sweep as one CSV, for bench/results/ (committed between sessions).
+"""Every finished epoch of a sweep as one CSV: what `--done` reads (sweeps/done.py) to continue
+the grid on another machine, and what bench/results/ keeps of each sweep.
 
 Reads OUT/results.parquet when the sweep has finished, else the per-epoch results Tune keeps
 for every trial under OUT/tune (a sweep stopped mid-way, to be continued with --resume) and
 the rows a `--done` run took over (OUT/done_epochs.csv): no finished epoch is left out either
-way. The CSV is what `--done` reads to continue the grid on another machine.
+way.
 
 An existing DEST is merged, not overwritten: a trial of DEST this run does not hold (a run of
 part of the grid, `--method`, `--seeds`), or holds fewer epochs of, keeps its rows from DEST,
 so exporting back into the CSV a run continued never loses a finished epoch. `--replace`
 writes this run's rows alone.
 
-    .venv/bin/python bench/export_epochs.py /work/runs/calib_kim_flat \\
-        bench/results/calib_kim_flat/epochs.csv
+    python sweeps/export_epochs.py OUT bench/results/NAME/epochs.csv
+    python -m sweeps export OUT CSV                   # the same
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-if __package__ in (None, ""):
+if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # One trial: its method, K (0 for methods without one, as in results.parquet) and data point.
@@ -86,13 +87,13 @@ def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.Da
     return frame, len(from_old)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="export_epochs", description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the sweep's results directory")
     p.add_argument("dest", type=Path, help="CSV to write (an existing one is merged)")
     p.add_argument("--replace", action="store_true",
                    help="write this run's rows alone, dropping DEST's other trials")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     parquet = a.out / "results.parquet"
     df = pd.read_parquet(parquet) if parquet.is_file() else from_tune(a.out)
     if df.empty:
