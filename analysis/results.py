@@ -1,6 +1,6 @@
 """Read and check `results.parquet`, and reduce it to final-epoch rows per trial.
 
-The contract (DESIGN.md, "Results contract"): one row per trial and epoch. A trial's final row
+The contract (docs/DESIGN.md, "Results contract"): one row per trial and epoch. A trial's final row
 is its row marked `selected` (a label-free stopping rule's epoch), else its row with the largest
 epoch. A trial is *excluded* (diverged or failed) when its `status`
 starts with "diverged" or "error", or its final `mi` / `train_acc` / `loss_task` is NaN or inf

@@ -267,7 +267,7 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     if not search:
         run.add_argument("--done", type=Path, metavar="CSV",
                          help="per-epoch rows of an earlier run of this grid (the CSV "
-                              "bench/export_epochs.py writes): trials with all their epochs "
+                              "sweeps/export_epochs.py writes): trials with all their epochs "
                               "in CSV are not run again and their rows join the results; for "
                               "a grid whose Tune state is gone with its machine (else "
                               "--resume)")

@@ -28,6 +28,8 @@ CHANGED = {
     # The help formatter no longer appends "(default: ())" to --tracker, whose help already
     # ends "(default: none)".
     ("*", "--tracker"): {"default_note", "help"},
+    # export_epochs moved from bench/ to sweeps/, beside done.py.
+    ("*", "--done"): {"help"},
 }
 
 
