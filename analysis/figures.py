@@ -18,8 +18,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from analysis.io import atomic_savefig
-from analysis.results import MI_METHOD, excluded_mask, lam_label, sigma_label
+from analysis.results import MI_METHOD, excluded_mask, lam_label
 from analysis.selection import LowestMI, NoCandidateError, SelectionRule
+from analysis.specs import DATA_AXES, axis_value_label
 from analysis.tables import partners
 
 PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
@@ -37,17 +38,16 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _row_keys(df: pd.DataFrame) -> list[str]:
-    return ["sigma"] + (["train_split"] if "train_split" in df.columns else [])
+    """sigma, then every other data axis of the registered benchmarks the rows have."""
+    return ["sigma"] + [k for k in DATA_AXES if k != "sigma" and k in df.columns]
 
 
-def _row_label(bench: str, key: tuple[object, ...]) -> str:
-    parts = []
-    sigma = key[0]
-    if isinstance(sigma, float) and np.isfinite(sigma):
-        parts.append(sigma_label(sigma))
-    if len(key) > 1 and isinstance(key[1], str):
-        parts.append(f"train on {key[1]}")
-    return ", ".join(parts) or bench
+def _row_label(bench: str, key: tuple[object, ...], keys: list[str]) -> str:
+    """The label of one subgroup: its value of each of `keys` (_row_keys) it has."""
+    parts = [axis_value_label(name, value) for name, value in zip(keys, key, strict=True)]
+    # a training split reads "train on EB1" on a figure
+    return ", ".join(p.replace("train ", "train on ", 1) if name == "train_split" else p
+                     for name, p in zip(keys, parts, strict=True) if p is not None) or bench
 
 
 def _colors(lams: list[float]) -> dict[float, tuple[float, ...]]:
@@ -92,7 +92,7 @@ def curves_figure(rows: pd.DataFrame, bench: str, K: int, method: str = MI_METHO
                 if n_seeds > 1:
                     ax.fill_between(stats.index, stats["min"], stats["max"], color=colors[lam],
                                     alpha=0.18, lw=0)
-        label = _row_label(bench, key)
+        label = _row_label(bench, key, _row_keys(rows))
         for c, (_, ylabel) in enumerate(panels):
             ax = axes[r][c]
             ax.set_title(f"{label}: {ylabel}", fontsize=10)
@@ -142,7 +142,7 @@ def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figur
                            label=f"ERM (λ=0, n={base[metric].notna().sum()})")
             ax.set_xticks(list(x.values()), [f"{lam:g}" for lam in lams])
             ax.set_xlabel("λ")
-            ax.set_title(f"{_row_label(bench, key)}: {ylabel}", fontsize=10)
+            ax.set_title(f"{_row_label(bench, key, _row_keys(finals))}: {ylabel}", fontsize=10)
             ax.grid(alpha=0.3)
         axes[r][0].legend(fontsize=8, loc="best")
     fig.suptitle(f"{bench}: methods side by side (mean ± std over seeds)", fontsize=12)
@@ -170,7 +170,7 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
                 stats = g.groupby("K")[metric].agg(["mean", "std"]).sort_index()
                 axes[r][c].errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0.0),
                                     marker="o", capsize=3, color=colors[float(i)],
-                                    label=_row_label(bench, key))
+                                    label=_row_label(bench, key, _row_keys(finals)))
         for c, ylabel in enumerate(("final test accuracy", "final MI estimate (nats)")):
             ax = axes[r][c]
             ax.set_title(f"{lam_label(lam)}: {ylabel} vs K", fontsize=10)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.specs import TABLE_SPECS, axis_label
+from analysis.specs import BENCHMARK_METRICS, DATA_AXES, TABLE_SPECS, axis_label
 from unbiased.stopping import FLOOR_MARGIN_NATS
 
 RESULTS_FILE = "results.parquet"
@@ -63,11 +63,13 @@ MI_METHOD = "mi_backprop"
 RUNAWAY_NATS = -5.0
 # Statuses of trials that ran to the end but carry a warning start with this.
 OK_WARNING = "ok; "
-# The keys that make one selection group (plus train_split when present).
+# The keys that make one selection group (plus the benchmarks' other data axes when present:
+# IMDB's train_split, Biased MNIST's rho).
 GROUP_KEYS: tuple[str, ...] = ("benchmark", "K", "method", "sigma")
 # Metrics averaged per lambda when present.
-METRICS: tuple[str, ...] = ("test_acc", "train_acc", "mi", "mi_eval", "mi_eval_cond", "eo",
-                            "acc_eb1", "acc_eb2", "acc_test", "loss_task", "epoch")
+METRICS: tuple[str, ...] = tuple(dict.fromkeys(
+    ("test_acc", "train_acc", "mi", "mi_eval", "mi_eval_cond", *BENCHMARK_METRICS,
+     "loss_task", "epoch")))
 LAM_ATOL = 1e-9
 
 
@@ -148,9 +150,7 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
 def group_keys(df: pd.DataFrame) -> list[str]:
     """Columns that identify one selection group in `df`."""
     keys = list(GROUP_KEYS)
-    if "train_split" in df.columns:
-        keys.append("train_split")
-    return keys
+    return keys + [k for k in DATA_AXES if k not in keys and k in df.columns]
 
 
 def _nonfinite(value: object) -> bool:

@@ -43,7 +43,16 @@ from analysis.selection import (
     default_rules,
     mi_column,
 )
-from analysis.specs import TABLE_SPECS, Column, ColumnAxis, TableSpec, axis_label
+from analysis.specs import (
+    BENCHMARK_METRICS,
+    DATA_AXES,
+    TABLE_SPECS,
+    Column,
+    ColumnAxis,
+    TableSpec,
+    axis_label,
+    axis_value_label,
+)
 
 TIDY_COLUMNS = ["benchmark", "block", "row", "column", "mean", "std", "n", "source", "rule",
                 "lam"]
@@ -419,12 +428,10 @@ def _sub_label(key: dict[str, object]) -> str:
     parts = []
     if key.get("method") != MI_METHOD:
         parts.append(str(key.get("method")))
-    sigma = key.get("sigma")
-    if isinstance(sigma, float) and np.isfinite(sigma):
-        parts.append(sigma_label(sigma))
-    split = key.get("train_split")
-    if isinstance(split, str):
-        parts.append(f"train {split}")
+    for axis in ("sigma", *(a for a in DATA_AXES if a != "sigma")):
+        label = axis_value_label(axis, key.get(axis))
+        if label is not None:
+            parts.append(label)
     return ", ".join(parts) or "all"
 
 
@@ -453,7 +460,7 @@ def lambda_sections(finals: pd.DataFrame, bench: str, rules: Sequence[SelectionR
     cells: list[Cell] = []
     parts: list[str] = []
     b = finals[(finals["benchmark"] == bench) & finals["lam"].notna()]
-    extra = [m for m in ("mi_eval_cond", "eo", "acc_eb1", "acc_eb2", "acc_test")
+    extra = [m for m in ("mi_eval_cond", *BENCHMARK_METRICS)
              if m in b.columns and b[m].notna().any()]
     if "selected" in b.columns and "epoch" in b.columns:
         extra.append("epoch")  # the reported epoch (a stopping rule may pick an early one)
@@ -510,7 +517,7 @@ def lambda_sections(finals: pd.DataFrame, bench: str, rules: Sequence[SelectionR
             cells.append(Cell(bench, block_r, label, f"rho({col}, test_acc)", rho, math.nan,
                               len(kept), "ours", ""))
             rho_rows.append([label, str(len(kept)), col, fmt_num(rho), note])
-        header = ["group", "λ", *[names[m] for m in metrics], "n", "excluded"]
+        header = ["group", "λ", *[names.get(m, m) for m in metrics], "n", "excluded"]
         parts.append(f"### {bench}: {block_l}\n\n" + md_table(header, lam_rows))
         parts.append(f"### {bench}: {block_s}\n\nGap = oracle's mean test acc − the chosen "
                      f"λ's. The oracle peeks at test labels; it is a reference, not a "

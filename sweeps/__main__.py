@@ -1,6 +1,10 @@
 """`python -m sweeps BENCHMARK [flags]`: one entry point for every driver.
 
+A registered benchmark (unbiased/benchmarks/__init__.py) without a driver file of its own runs
+its generic grid (sweeps/core.py, GridSpec.from_benchmark).
+
     python -m sweeps digits --preset quick
+    python -m sweeps biased_mnist --dry-run
     python -m sweeps german --help
     python -m sweeps rerun results/digits_quick --seeds 3,4,5
     python -m sweeps export results/digits_quick epochs.csv
@@ -11,6 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+# Drivers with a file of their own (a benchmark's grid with more to it, or no benchmark).
 DRIVERS = {
     "digits": "sweeps.digits_grid",
     "german": "sweeps.german_grid",
@@ -24,17 +29,24 @@ DRIVERS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from unbiased.benchmarks import BENCHMARKS
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    names = ", ".join(DRIVERS)
+    names = ", ".join(dict.fromkeys([*BENCHMARKS, *DRIVERS]))
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: python -m sweeps BENCHMARK [flags]; BENCHMARK is one of {names}; "
               f"`python -m sweeps BENCHMARK --help` lists the flags")
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
-    if name not in DRIVERS:
+    if name in DRIVERS:
+        return int(importlib.import_module(DRIVERS[name]).main(rest) or 0)
+    if name not in BENCHMARKS:
         print(f"error: unknown benchmark {name!r}; choose one of {names}", file=sys.stderr)
         return 2
-    return int(importlib.import_module(DRIVERS[name]).main(rest) or 0)
+    from sweeps.core import GridSpec, run_grid
+    from unbiased.benchmarks import benchmark_spec
+
+    return int(run_grid(GridSpec.from_benchmark(benchmark_spec(name)), rest) or 0)
 
 
 if __name__ == "__main__":

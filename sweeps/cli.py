@@ -4,9 +4,9 @@ Presets give every value; flags override single values. Bad values exit with sta
 argparse-style line naming the flag, never a traceback.
 
 The flags of the methods' and the trial's settings are generated from their config fields,
-which carry each flag's help, choices and bounds (unbiased/settings.py). Written here: the
-sweep axes (lists of values), each benchmark's own flags (digits_flags, imdb_flags) and the
-driver's (where and how the sweep runs).
+which carry each flag's help, choices and bounds (unbiased/settings.py); so are a benchmark's
+own flags, from its spec's settings dataclass (unbiased/benchmarks/). Written here: the sweep
+axes (lists of values) and the driver's flags (where and how the sweep runs).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from unbiased.settings import TrialSettings, bounds  # imports nothing heavy (no torch)
+from unbiased.benchmarks.spec import BenchmarkSpec  # nothing heavy (no torch)
+from unbiased.settings import TrialSettings, bounds
 
 
 def _list_of(kind: Callable[[str], float | int], check: Callable[[float], str | None]
@@ -64,7 +65,6 @@ def _known_method(name: str) -> str | None:
 METHOD_LIST = _list_of(str, _known_method)
 LAM_LIST = _list_of(float, bounds(ge=0))
 K_LIST = _list_of(int, bounds(ge=1))
-SIGMA_LIST = _list_of(float, bounds(gt=0, lt=1))
 SEED_LIST = _list_of(int, bounds(ge=0))
 POS_INT = _one(int, bounds(ge=1))
 POS_FLOAT = _one(float, bounds(gt=0))
@@ -93,16 +93,6 @@ def tracker_list(text: str) -> tuple[str, ...]:
                      f"unknown tracker; choose none or from {', '.join(TRACKER_NAMES)}")(text)
     return tuple(dict.fromkeys(names))
 
-
-IMDB_SPLITS = ("EB1", "EB2")
-
-
-def split_name(text: str) -> str:
-    return text.upper()
-
-
-SPLIT_LIST = _list_of(split_name, lambda v: None if v in IMDB_SPLITS
-                      else f"must be one of {','.join(IMDB_SPLITS)}")
 
 # Where --storage-path comes from when the flag is absent: cluster.yaml sets it on every node.
 STORAGE_ENV = "UNBIASED_STORAGE_PATH"
@@ -195,11 +185,11 @@ def setting_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str, description: str, presets: dict[str, dict[str, object]],
-                 uses_sigma: bool = True, search: bool = False, imdb: bool = False
+                 search: bool = False, benchmark: BenchmarkSpec | None = None
                  ) -> argparse.ArgumentParser:
     """`search`: the driver samples lambda and K (lambda_search.py) instead of a grid, so it
-    takes --samples and --lam-range, and --K lists the choices. `uses_sigma`: the Colored
-    MNIST flags (digits_flags); `imdb`: the face images flags (imdb_flags)."""
+    takes --samples and --lam-range, and --K lists the choices. `benchmark`: its own flags
+    (benchmark_flags)."""
     preset_help = "\n".join(
         textwrap.fill(f"{name}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()),
                       width=79, initial_indent="  ", subsequent_indent="    ")
@@ -232,10 +222,8 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                             "e.g. lntl=0.01,0.1; repeat per method (default: from --preset)")
         _preset_value(p, "--K", type=K_LIST, help="MINE steps per model step, comma-separated")
     _preset_value(p, "--seeds", type=SEED_LIST, help="seeds, comma-separated")
-    if uses_sigma:
-        digits_flags(p)
-    if imdb:
-        imdb_flags(p)
+    if benchmark is not None:
+        benchmark_flags(p, benchmark)
     setting_flags(p)
     run = p.add_argument_group("running the sweep")
     _preset_value(run, "--root", help="data root (downloads land here; offline files are "
@@ -279,42 +267,38 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     return p
 
 
-def digits_flags(p: argparse.ArgumentParser) -> None:
-    """Colored MNIST: its colour variances (a sweep axis) and what its build reads."""
-    g = p.add_argument_group("Colored MNIST")
-    _preset_value(g, "--sigma", type=SIGMA_LIST,
-                  help="colour variances, comma-separated (paper: 0.02..0.05)")
-    _preset_value(g, "--z-relu", action=argparse.BooleanOptionalAction, default=None,
-                  help="z = ReLU(fc2) as in the authors' digit code (default: linear z)")
-    _preset_value(g, "--width", type=POS_INT,
-                  help="channels of the LeNet's two convolutions (paper: 64)")
-    _preset_value(g, "--palette", choices=["separated", "distinct", "kim"],
-                  help="class colours: separated (every pair >= 0.5 apart in some channel), "
-                       "distinct (closer pairs, a weaker shortcut) or kim (Kim et al.'s, "
-                       "estimated from public images of their files)")
-    _preset_value(g, "--stroke", choices=["scaled", "flat"],
-                  help="scaled: the colour times the grey digit; flat: the flat colour where "
-                       "the grey digit is > 128 of 255, black elsewhere (Kim's files)")
+def benchmark_flags(p: argparse.ArgumentParser, benchmark: BenchmarkSpec) -> None:
+    """A flag per field of the benchmark's settings dataclass, under its title: a `many`
+    field (a data axis) takes a comma-separated list, each item checked against the field's
+    bounds or choices."""
+    from unbiased.settings import kind_of, setting_of
 
-
-def imdb_flags(p: argparse.ArgumentParser) -> None:
-    """IMDB faces: its training splits (a sweep axis), backbone, weights and data loading."""
-    g = p.add_argument_group("IMDB faces")
-    _preset_value(g, "--train-split", type=SPLIT_LIST,
-                  help="training splits, comma-separated: EB1 (women 0-29, men 40+), EB2 "
-                       "(men 0-29, women 40+)")
-    _preset_value(g, "--weights",
-                  help="backbone weights: 'imagenet' (torchvision's, from the torch hub "
-                       "cache, downloaded once), 'none' (random init) or a state_dict PATH")
-    _preset_value(g, "--arch", choices=["resnet50", "resnet18"],
-                  help="backbone (the paper's is resnet50; resnet18 for fast checks)")
-    _preset_value(g, "--train-subset", type=NONNEG_INT,
-                  help="train on the first N images of the split (paper: 2000); 0 = all")
-    _preset_value(g, "--max-eval", type=NONNEG_INT,
-                  help="evaluate on at most N images per evaluation split; 0 = all")
-    _preset_value(g, "--workers", key="num_workers", type=NONNEG_INT,
-                  help="DataLoader worker processes per trial decoding JPEGs")
-    _preset_value(g, "--image-size", type=POS_INT, help="input crop size (ImageNet: 224)")
+    if benchmark.settings is None:
+        return
+    group = p.add_argument_group(benchmark.title)
+    for f in dataclasses.fields(benchmark.settings):
+        meta = setting_of(f)
+        if meta is None:
+            raise TypeError(f"{benchmark.settings.__name__}.{f.name} has no setting metadata "
+                            f"(unbiased.settings.setting): it would have no flag")
+        kind = kind_of(f)
+        flag = flag_of(f.name)
+        if meta.many:
+            choices = meta.choices
+            check = meta.problem if choices is None else (
+                lambda v, c=choices: None if v in c else f"must be one of {','.join(c)}")
+            _preset_value(group, flag, key=f.name, type=_list_of(meta.convert or kind, check),
+                          help=meta.help)
+        elif kind is bool:
+            _preset_value(group, flag, key=f.name, action=argparse.BooleanOptionalAction,
+                          default=None, help=meta.help)
+        elif meta.choices is not None:
+            _preset_value(group, flag, key=f.name, choices=list(meta.choices), help=meta.help)
+        elif kind is str:
+            _preset_value(group, flag, key=f.name, help=meta.help)
+        else:
+            _preset_value(group, flag, key=f.name, type=_one(kind, meta.problem),
+                          help=meta.help)
 
 
 def tracker_flags(p: argparse._ActionsContainer) -> None:

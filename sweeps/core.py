@@ -2,9 +2,11 @@
 
 A driver says what is particular to it (`GridSpec`: its benchmark, presets, the keys its
 benchmark's build reads, its data axes, how to load the data once, which trainable runs the
-trials); the core parses the flags, derives every trial's config from the config dataclasses
-of the methods (`unbiased.methods`), validates every value before Ray starts, runs the grid
-and writes the results.
+trials); `GridSpec.from_benchmark` takes all of that from a registered benchmark's spec
+(unbiased/benchmarks/), so `python -m sweeps NAME` needs no driver file. The core parses
+the flags, derives every trial's config from the config dataclasses of the methods
+(`unbiased.methods`), validates every value before Ray starts, runs the grid and writes the
+results.
 
 Grid points: data axes x method x lam x K x seed, where K is an axis only for methods that
 have it (mi_backprop) and lam = 0 (plain ERM for every method and K: the methods draw from
@@ -24,6 +26,7 @@ from sweeps import runner, trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.common import POINT_KEY, SweepError
 from sweeps.done import DONE_FILE, done_trials, read_done, split_done
+from unbiased.benchmarks.spec import BenchmarkSpec
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
 RUN_KEYS = ("epochs", "device", "mi_eval_steps", "mi_eval_every", "select_epoch",
@@ -75,10 +78,55 @@ class GridSpec:
     load: Callable[[SweepArgs], tuple[dict[str, object], str]]
     trainable: Callable[[], Callable]
     summary_columns: tuple[str, ...]
-    parser_options: dict[str, bool] = field(default_factory=dict)
+    parser_options: dict[str, object] = field(default_factory=dict)
     out_name: str | None = None  # default OUT is results/<out_name or benchmark>_<preset>
     extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame] | None = None
     describe: Callable[[SweepArgs, dict], tuple[dict, list[str]]] | None = None
+
+    @classmethod
+    def from_benchmark(cls, bench: BenchmarkSpec, *, prog: str | None = None,
+                       description: str | None = None,
+                       presets: dict[str, dict[str, object]] | None = None,
+                       experiment: str | None = None,
+                       data_axes: tuple[str, ...] | None = None,
+                       extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame]
+                       | None = None) -> GridSpec:
+        """The grid of a registered benchmark: its presets, flags, build keys, data axes,
+        loading and description, run by the generic trainable. A driver of its own passes
+        what differs (the ablations: presets, experiment, axes; German: its SVM rows).
+        Default experiment `<name>_grid`; a driver with another experiment name has its
+        default OUT named after it."""
+        grid = f"{bench.name}_grid"
+        experiment = experiment or grid
+        axes = bench.data_axes if data_axes is None else data_axes
+
+        def load(args: SweepArgs) -> tuple[dict[str, object], str]:
+            from unbiased.data import DataError
+
+            try:
+                return bench.load(args.values)
+            except DataError as exc:
+                raise SweepError(str(exc)) from None
+
+        def describe(args: SweepArgs, loaded: dict) -> tuple[dict, list[str]]:
+            assert bench.describe is not None
+            return bench.describe(args.values, loaded)
+
+        def trainable() -> Callable:
+            from trainables.benchmark import trainable_for
+
+            return trainable_for(bench.name)
+
+        return cls(
+            prog=prog or f"{grid}.py", description=description or bench.description,
+            experiment=experiment, benchmark=bench.name,
+            presets=bench.presets if presets is None else presets,
+            build_keys=bench.build_keys, data_axes=axes, load=load, trainable=trainable,
+            summary_columns=("method", *axes, "lam", "K", "seed", "epoch", *bench.summary,
+                             "mi", "mi_eval", "status"),
+            parser_options={"benchmark": bench},
+            out_name=None if experiment == grid else experiment, extra_rows=extra_rows,
+            describe=describe if bench.describe is not None else None)
 
     def trial_keys(self) -> tuple[str, ...]:
         return (*RUN_KEYS, *method_keys(), *self.build_keys)

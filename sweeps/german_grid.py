@@ -24,31 +24,11 @@ import pandas as pd  # noqa: E402
 from sweeps.baselines import SvmResult, svm_baseline  # noqa: E402
 from sweeps.cli import SweepArgs  # noqa: E402
 from sweeps.core import GridSpec, run_grid  # noqa: E402
-from sweeps.presets import GERMAN  # noqa: E402
-from sweeps.runner import SweepError  # noqa: E402
+from unbiased.benchmarks import benchmark_spec  # noqa: E402
 
 EXPERIMENT = "german_grid"
 BENCHMARK = "german"
 SVM_METHOD = "svm"
-
-
-def _load(args: SweepArgs) -> tuple[dict[str, object], str]:
-    from unbiased.benchmarks import german
-    from unbiased.data import DataError
-
-    # Parse the file once here (a bad --root fails before Ray starts); trials get the
-    # parsed table through the object store and build their own split from it.
-    try:
-        table = german.load_table(args.values.get("root"))
-    except DataError as exc:
-        raise SweepError(str(exc)) from None
-    return {"table": table}, f"{len(table)} rows from {table.source}"
-
-
-def _trainable():
-    from trainables.german import train_german
-
-    return train_german
 
 
 def _svm(args: SweepArgs, loaded: dict, like: pd.DataFrame) -> pd.DataFrame:
@@ -78,12 +58,9 @@ def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
     return df.astype({c: like[c].dtype for c in like.columns if c in df.columns})
 
 
-SPEC = GridSpec(
-    prog="german_grid.py", description=__doc__.splitlines()[0], experiment=EXPERIMENT,
-    benchmark=BENCHMARK, presets=GERMAN, build_keys=("root",), data_axes=(), load=_load,
-    trainable=_trainable, extra_rows=_svm, parser_options={"uses_sigma": False},
-    summary_columns=("method", "lam", "K", "seed", "epoch", "train_acc", "test_acc", "eo",
-                     "mi", "mi_eval", "status"))
+# The registered benchmark (unbiased/benchmarks/german_credit.py) plus the SVM rows.
+SPEC = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), description=__doc__.splitlines()[0],
+                               extra_rows=_svm)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,56 +20,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeps.cli import SweepArgs  # noqa: E402
 from sweeps.core import GridSpec, run_grid  # noqa: E402
-from sweeps.presets import IMDB  # noqa: E402
-from sweeps.runner import SweepError  # noqa: E402
+from unbiased.benchmarks import benchmark_spec  # noqa: E402
 
 EXPERIMENT = "imdb_grid"
 BENCHMARK = "imdb"
-# What trainables/imdb.py's build reads from a trial config.
-BUILD_KEYS = ("root", "arch", "image_size", "train_subset", "max_eval", "num_workers",
-              "weights_path")
 
-
-def _load(args: SweepArgs) -> tuple[dict[str, object], str]:
-    from unbiased.benchmarks import imdb
-    from unbiased.data import DataError
-    from unbiased.models import resolve_imagenet_weights
-
-    # Everything that can fail on the user's side fails here, before Ray starts.
-    try:
-        index = imdb.load_index(args.values.get("root"))
-        weights_path = resolve_imagenet_weights(str(args["arch"]), str(args["weights"]))
-    except DataError as exc:
-        raise SweepError(str(exc)) from None
-    splits = imdb.build_splits(index)
-    print(index.report.summary(), flush=True)
-    print(imdb.describe_splits(splits), flush=True)
-    subset = int(args["train_subset"] or 0)
-    for name in args["train_split"]:
-        if min(len(splits.rows[name]), subset or len(splits.rows[name])) < 2:
-            raise SweepError(f"IMDB split {name} has {len(splits.rows[name])} usable "
-                             f"images: too few to train")
-    args.values["weights_path"] = weights_path or ""  # "" = random init
-    return ({"index": index, "splits": splits},
-            f"{args['arch']}, weights {weights_path or 'none'}, training subsets of "
-            f"{subset or 'all'} images")
-
-
-def _trainable():
-    from trainables.imdb import train_imdb
-
-    return train_imdb
-
-
-SPEC = GridSpec(
-    prog="imdb_grid.py", description=__doc__.splitlines()[0], experiment=EXPERIMENT,
-    benchmark=BENCHMARK, presets=IMDB, build_keys=BUILD_KEYS,
-    data_axes=("train_split",), load=_load, trainable=_trainable,
-    parser_options={"uses_sigma": False, "imdb": True},
-    summary_columns=("method", "train_split", "lam", "K", "seed", "epoch", "train_acc",
-                     "acc_eb1", "acc_eb2", "acc_test", "mi", "mi_eval", "status"))
+# Everything is the registered benchmark's (unbiased/benchmarks/imdb_faces.py).
+SPEC = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), description=__doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ import pandas as pd  # noqa: E402
 
 from sweeps import trackers  # noqa: E402
 from sweeps.cli import build_parser, resolve  # noqa: E402
-from sweeps.digits_grid import SPEC, bias_strength, load_digits  # noqa: E402
+from sweeps.digits_grid import BENCH, SPEC, bias_strength, load_digits  # noqa: E402
 from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
 from sweeps.runner import (  # noqa: E402
     SweepError,
@@ -77,7 +77,7 @@ def make_searcher(samples: int, seed: int):
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser("lambda_search.py", __doc__.splitlines()[0], LAMBDA_SEARCH,
-                          search=True)
+                          search=True, benchmark=BENCH)
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
     try:
         # Every method's config at both ends of the lambda range and each K, before Ray.

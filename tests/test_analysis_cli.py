@@ -124,5 +124,6 @@ def test_unknown_benchmark_names_the_known_ones() -> None:
     df = good_frame()
     df["benchmark"] = "mnist"
     with pytest.raises(ResultsError, match="^results.parquet: column 'benchmark' has unknown "
-                                           "value 'mnist', expected digits, german or imdb$"):
+                                           "value 'mnist', expected digits, german, imdb or "
+                                           "biased_mnist$"):
         validate(df)

@@ -238,7 +238,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
             "--channels-last", "--amp", "--compile", "--bank-size", "8", "--head-hidden",
             "16", "--head-lr", "0.01", "--hsic-bandwidth", "2", "--eval-batch-size", "7",
             "--mine-standardize", "--mi-guard", "--inner-z", "first_k"]
-    if spec.parser_options.get("uses_sigma", True):
+    if spec.benchmark == "digits":
         argv += ["--z-relu", "--width", "16", "--palette", "distinct"]
     args = resolve(parser, spec.benchmark, spec.presets, argv)
     spec.check_keys(args.values)
@@ -249,7 +249,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
                 "head_hidden": 16, "head_lr": 0.01, "hsic_bandwidth": 2.0,
                 "eval_batch_size": 7, "mine_standardize": True, "mi_guard": True,
                 "inner_z": "first_k"}
-    if spec.parser_options.get("uses_sigma", True):
+    if spec.benchmark == "digits":
         expected.update({"z_relu": True, "width": 16, "palette": "distinct"})
     for key, value in expected.items():
         assert fixed[key] == value, (driver, key)

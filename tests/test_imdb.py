@@ -322,8 +322,9 @@ def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):
 
     from sweeps.cli import build_parser, resolve
     from sweeps.presets import IMDB
+    from unbiased.benchmarks import benchmark_spec
 
-    parser = build_parser("imdb_grid.py", "IMDB", IMDB, uses_sigma=False, imdb=True)
+    parser = build_parser("imdb_grid.py", "IMDB", IMDB, benchmark=benchmark_spec("imdb"))
     assert resolve(parser, "imdb", IMDB, ["--train-split", "eb2"])["train_split"] == ["EB2"]
     with pytest.raises(SystemExit) as exit_:
         resolve(parser, "imdb", IMDB, ["--train-split", "EB3"])

@@ -25,7 +25,9 @@ _KINDS: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
 @dataclass(frozen=True)
 class Setting:
     """What a setting's flag shows and checks. `axis`: the sweep drivers take a list of values
-    for it (lam, K), so its flag is written by hand in sweeps/cli.py."""
+    for it (lam, K), so its flag is written by hand in sweeps/cli.py. `many`: the flag takes
+    a comma-separated list (a benchmark's data axis: --sigma, --rho), each item read by
+    `convert` (default: the field's kind) and checked against the bounds or `choices`."""
 
     help: str
     choices: tuple[str, ...] | None = None
@@ -34,6 +36,8 @@ class Setting:
     le: float | None = None
     lt: float | None = None
     axis: bool = False
+    many: bool = False
+    convert: Callable[[str], Any] | None = None
 
     def problem(self, value: float) -> str | None:
         """Why `value` is out of the flag's bounds (one phrase), or None."""
@@ -64,10 +68,11 @@ def bounds(ge: float | None = None, gt: float | None = None, le: float | None = 
 
 def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
             ge: float | None = None, gt: float | None = None, le: float | None = None,
-            lt: float | None = None, axis: bool = False) -> Any:
+            lt: float | None = None, axis: bool = False, many: bool = False,
+            convert: Callable[[str], Any] | None = None) -> Any:
     """A dataclass field with its default and the flag's help, choices and bounds."""
     meta = Setting(help=help, choices=None if choices is None else tuple(choices), ge=ge,
-                   gt=gt, le=le, lt=lt, axis=axis)
+                   gt=gt, le=le, lt=lt, axis=axis, many=many, convert=convert)
     return dataclasses.field(default=default, metadata={METADATA_KEY: meta})
 
 
@@ -76,15 +81,19 @@ def setting_of(f: dataclasses.Field) -> Setting | None:
 
 
 def kind_of(f: dataclasses.Field) -> type:
-    """The value type of a field (bool, int, float or str), `| None` dropped."""
+    """The value type of a field (bool, int, float or str), `| None` dropped; of a list
+    setting (`tuple[float, ...]`), its items'."""
     if isinstance(f.type, str):
-        names = [part.strip() for part in f.type.split("|") if part.strip() != "None"]
+        text = f.type.strip()
+        if text.startswith("tuple[") and text.endswith(", ...]"):
+            text = text[len("tuple["):-len(", ...]")]
+        names = [part.strip() for part in text.split("|") if part.strip() != "None"]
         if len(names) == 1 and names[0] in _KINDS:
             return _KINDS[names[0]]
     elif f.type in _KINDS.values():
         return f.type
     raise TypeError(f"setting {f.name}: type {f.type!r} is not one of bool, int, float, str "
-                    f"(optionally | None)")
+                    f"(optionally | None, or a tuple of one of them)")
 
 
 def own_fields(cls: type) -> list[dataclasses.Field]:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from unbiased.benchmarks.digits import PAPER_SIGMAS  # noqa: F401  (re-exported)
 from unbiased.data import Benchmark, DataError, TensorSplit
 from unbiased.models import LeNetFeatures
 
@@ -39,7 +40,6 @@ NUM_CLASSES = 10
 C_BINS = 8
 C_DIM = 3 * C_BINS
 SOURCES = ("mnist5k", "mnist")
-PAPER_SIGMAS = (0.020, 0.025, 0.030, 0.035, 0.040, 0.045, 0.050)
 
 # Mean RGB colour per digit class 0..9. Kim et al. did not publish theirs in the paper; these
 # are ten well separated colours (every pair differs by >= 0.5 in some channel, i.e. by at
