@@ -4,7 +4,7 @@ A registered benchmark (unbiased/benchmarks/__init__.py) without a driver file o
 its generic grid (sweeps/core.py, GridSpec.from_benchmark).
 
     python -m sweeps digits --preset quick
-    python -m sweeps biased_mnist --dry-run
+    python -m sweeps NAME --dry-run                  # any registered benchmark
     python -m sweeps german --help
     python -m sweeps rerun results/digits_quick --seeds 3,4,5
     python -m sweeps export results/digits_quick epochs.csv

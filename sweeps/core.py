@@ -118,8 +118,9 @@ class GridSpec:
             return trainable_for(bench.name)
 
         return cls(
-            prog=prog or f"{grid}.py", description=description or bench.description,
-            experiment=experiment, benchmark=bench.name,
+            prog=prog or f"python -m sweeps {bench.name}",
+            description=description or bench.description, experiment=experiment,
+            benchmark=bench.name,
             presets=bench.presets if presets is None else presets,
             build_keys=bench.build_keys, data_axes=axes, load=load, trainable=trainable,
             summary_columns=("method", *axes, "lam", "K", "seed", "epoch", *bench.summary,

@@ -59,8 +59,8 @@ def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
 
 
 # The registered benchmark (unbiased/benchmarks/german_credit.py) plus the SVM rows.
-SPEC = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), description=__doc__.splitlines()[0],
-                               extra_rows=_svm)
+SPEC = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), prog="german_grid.py",
+                               description=__doc__.splitlines()[0], extra_rows=_svm)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,8 @@ EXPERIMENT = "imdb_grid"
 BENCHMARK = "imdb"
 
 # Everything is the registered benchmark's (unbiased/benchmarks/imdb_faces.py).
-SPEC = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), description=__doc__.splitlines()[0])
+SPEC = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), prog="imdb_grid.py",
+                               description=__doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,6 @@ from unbiased.benchmarks import benchmark_spec
 DIGITS = benchmark_spec("digits").presets
 GERMAN = benchmark_spec("german").presets
 IMDB = benchmark_spec("imdb").presets
-BIASED_MNIST = benchmark_spec("biased_mnist").presets
 
 # The supplementary's K ablation (sweeps/k_ablation.py): K in {20, 40, 80} x sigma x seeds at
 # lam = 1, everything else as the digits grid of the same name.

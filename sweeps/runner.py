@@ -25,6 +25,7 @@ import pandas as pd
 from analysis.results import OK_WARNING, critic_warning
 from sweeps.cli import SweepArgs
 from sweeps.common import SweepError, flat_config
+from unbiased.benchmarks import all_specs
 
 # Columns of results.parquet, in order: the contract of DESIGN.md plus what we add.
 CONTRACT_COLUMNS = [
@@ -552,9 +553,11 @@ def results_frame(result_grid, experiment: str, benchmark: str,
 
 
 # Columns results.parquet keeps beyond the contract, in this order (whichever trials, Tune's
-# or taken over by --done, brought them).
-KEPT_COLUMNS = ("eo", "acc_eb1", "acc_eb2", "acc_test", "train_split", "node_id", "machine",
-                "config",
+# or taken over by --done, brought them): every registered benchmark's own metrics and data
+# axes (unbiased/benchmarks/), then the generic ones.
+KEPT_COLUMNS = (*dict.fromkeys(c for spec in all_specs() for c in spec.result_columns()
+                               if c not in CONTRACT_COLUMNS),
+                "node_id", "machine", "config",
                 "mi_eval_cond", "selected_epoch", "penalty", "epoch_s", "eval_s",
                 "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
                 "selected_mi_eval_cond", "guarded_frac",
