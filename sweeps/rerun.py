@@ -38,12 +38,17 @@ PROG = "python -m sweeps rerun"
 
 def specs() -> dict[str, GridSpec]:
     """The grid driver of each experiment a sweep records (lambda_search's picks re-run as
-    a digits grid: the same trainable and settings, now at the chosen lambdas)."""
+    a digits grid: the same trainable and settings, now at the chosen lambdas); a registered
+    benchmark without a driver file of its own, its generic grid (`<name>_grid`)."""
     from sweeps import digits_grid, german_grid, imdb_grid, k_ablation
+    from unbiased.benchmarks import all_specs
 
-    return {"digits_grid": digits_grid.SPEC, "k_ablation": k_ablation.SPEC,
-            "lambda_search": digits_grid.SPEC, "german_grid": german_grid.SPEC,
-            "imdb_grid": imdb_grid.SPEC}
+    own = {"digits_grid": digits_grid.SPEC, "k_ablation": k_ablation.SPEC,
+           "lambda_search": digits_grid.SPEC, "german_grid": german_grid.SPEC,
+           "imdb_grid": imdb_grid.SPEC}
+    generic = {f"{bench.name}_grid": bench for bench in all_specs()}
+    return {**{name: GridSpec.from_benchmark(bench) for name, bench in generic.items()
+               if name not in own}, **own}
 
 
 def build_parser() -> argparse.ArgumentParser:
