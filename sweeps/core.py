@@ -359,6 +359,9 @@ def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
     """Each trial's reported row (its selected epoch), sorted by its grid point."""
     rows = df[df["selected"]] if "selected" in df.columns else df
     cols = [c for c in columns if c in rows.columns]
-    keys = [c for c in ("method", "sigma", "train_split", "lam", "K", "seed") if c in cols]
+    from unbiased.benchmarks import all_specs
+
+    axes = [a for bench in all_specs() for a in bench.data_axes]
+    keys = list(dict.fromkeys(c for c in ("method", *axes, "lam", "K", "seed") if c in cols))
     print(rows[cols].sort_values(keys).to_string(index=False,
                                                  float_format=lambda v: f"{v:.3f}"))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweeps.common import SweepError
+from unbiased.benchmarks import all_specs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,8 +24,10 @@ if TYPE_CHECKING:
 NOT_METRICS = frozenset({"timestamp", "pid", "done", "training_iteration",
                          "iterations_since_restore", "time_since_restore", "epoch",
                          "should_checkpoint", "checkpoint_dir_name", "config"})
-# Grid-point keys that become tags (each benchmark has some of them).
-TAG_KEYS = ("method", "sigma", "train_split", "lam", "K", "seed")
+# Grid-point keys that become tags: the method, every registered benchmark's data axes
+# (each benchmark has some of them), lam, K and seed.
+TAG_KEYS = tuple(dict.fromkeys(("method", *(a for spec in all_specs() for a in spec.data_axes),
+                                "lam", "K", "seed")))
 
 
 def number(value: object) -> bool:
