@@ -29,8 +29,6 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     (lambda_search.py); grids leave them at None/1."""
     from ray import tune
 
-    from sweeps import trackers
-
     # Tune warns on every forced snapshot when num_to_keep is set; the checkpoints are small.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
@@ -42,37 +40,10 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
         print(f"resume: nothing saved in {exp_path} yet; starting these trials from the "
               f"beginning", flush=True)
     if restore:
-        print(f"resuming {exp_path}", flush=True)
-        fifo = args.values.get("scheduler", "fifo") == "fifo"
-        if fifo:
-            order_saved_trials(exp_path)
-        try:
-            with QuietUnstarted():  # Tuner.restore reads the saved results too
-                tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
-                before = tuner.get_results()
-        except RuntimeError:  # Tune could not read the state it saved (and hides why)
-            raise SweepError(f"cannot resume: Tune cannot read its saved state in "
-                             f"{exp_path}; start the sweep again with --overwrite") from None
-        if fifo:
-            order_restored_grid(tuner)
-        done = sum(1 for r in before if finished(r))
-        print(f"resume: {done} of {len(before)} trials already finished; the others continue "
-              f"from their last checkpoints", flush=True)
+        tuner = restored_tuner(args, exp_path, trainable)
     else:
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space,
-            tune_config=tune.TuneConfig(reuse_actors=True, scheduler=make_scheduler(args),
-                                        search_alg=search_alg, num_samples=num_samples),
-            run_config=tune.RunConfig(
-                name=experiment, storage_path=storage,
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                failure_config=tune.FailureConfig(max_failures=2),
-                verbose=0,
-                callbacks=[progress_callback(param_keys, n_trials),
-                           *trackers.callbacks(args, param_keys)],
-            ),
-        )
+        tuner = new_tuner(args, experiment, storage, trainable, param_space, param_keys,
+                          n_trials, search_alg, num_samples)
     with StopSignals() as stop:
         try:
             grid = tuner.fit()
@@ -82,6 +53,53 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     if stop.received is not None:
         stop.exit(args)
     return grid
+
+
+def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_space: dict,
+              param_keys: tuple[str, ...], n_trials: int, search_alg, num_samples: int):
+    """The sweep's Tuner: one checkpoint kept per trial, two retries of a failed trial."""
+    from ray import tune
+
+    from sweeps import trackers
+
+    return tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(reuse_actors=True, scheduler=make_scheduler(args),
+                                    search_alg=search_alg, num_samples=num_samples),
+        run_config=tune.RunConfig(
+            name=experiment, storage_path=storage,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            failure_config=tune.FailureConfig(max_failures=2),
+            verbose=0,
+            callbacks=[progress_callback(param_keys, n_trials),
+                       *trackers.callbacks(args, param_keys)],
+        ),
+    )
+
+
+def restored_tuner(args: SweepArgs, exp_path: str, trainable):
+    """Tune's saved Tuner of the sweep (errored trials retried; under FIFO, its trials in the
+    grid's order); says how many trials had finished."""
+    from ray import tune
+
+    print(f"resuming {exp_path}", flush=True)
+    fifo = args.values.get("scheduler", "fifo") == "fifo"
+    if fifo:
+        order_saved_trials(exp_path)
+    try:
+        with QuietUnstarted():  # Tuner.restore reads the saved results too
+            tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
+            before = tuner.get_results()
+    except RuntimeError:  # Tune could not read the state it saved (and hides why)
+        raise SweepError(f"cannot resume: Tune cannot read its saved state in "
+                         f"{exp_path}; start the sweep again with --overwrite") from None
+    if fifo:
+        order_restored_grid(tuner)
+    done = sum(1 for r in before if finished(r))
+    print(f"resume: {done} of {len(before)} trials already finished; the others continue "
+          f"from their last checkpoints", flush=True)
+    return tuner
 
 
 def make_scheduler(args: SweepArgs):
