@@ -23,9 +23,9 @@ import pandas as pd  # noqa: E402
 
 from sweeps.baselines import SvmResult, svm_baseline  # noqa: E402
 from sweeps.cli import SweepArgs  # noqa: E402
+from sweeps.common import SweepError  # noqa: E402
 from sweeps.core import GridSpec, run_grid  # noqa: E402
 from sweeps.presets import GERMAN  # noqa: E402
-from sweeps.runner import SweepError  # noqa: E402
 
 EXPERIMENT = "german_grid"
 BENCHMARK = "german"

@@ -21,9 +21,9 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweeps.cli import SweepArgs  # noqa: E402
+from sweeps.common import SweepError  # noqa: E402
 from sweeps.core import GridSpec, run_grid  # noqa: E402
 from sweeps.presets import IMDB  # noqa: E402
-from sweeps.runner import SweepError  # noqa: E402
 
 EXPERIMENT = "imdb_grid"
 BENCHMARK = "imdb"
