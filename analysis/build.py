@@ -14,7 +14,7 @@ from analysis.results import final_rows, load_results
 from analysis.selection import LowestMI, SelectionRule
 from analysis.tables import build_tables
 
-EXPERIMENT_FILE = "experiment.json"  # written by sweeps/runner.py beside results.parquet
+EXPERIMENT_FILE = "experiment.json"  # written by sweeps/outputs.py beside results.parquet
 
 
 def read_experiment(out: Path) -> dict:

@@ -1,13 +1,22 @@
 """What the sweep core, its runner and the trackers share, in one place every one of them
-imports (and that imports none of them): the user-facing error and a trial's flat config."""
+imports (and that imports none of them): the user-facing error, how a driver ends on it, and a
+trial's flat config."""
 
 from __future__ import annotations
+
+import sys
 
 POINT_KEY = "point"  # sweeps/core.py puts each trial's grid point under this config key
 
 
 class SweepError(Exception):
     """A sweep cannot start or finish; the message is one line for the user."""
+
+
+def fail(message: str) -> None:
+    """A driver's end on a SweepError: its one line on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def flat_config(config: dict) -> dict:

@@ -22,10 +22,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sweeps import runner, trackers
+from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
-from sweeps.common import POINT_KEY, SweepError
+from sweeps.common import POINT_KEY, SweepError, fail
 from sweeps.done import DONE_FILE, done_trials, read_done, split_done
+from sweeps.outputs import check_out_dir, storage_dir, write_outputs
+from sweeps.ray_init import init_ray
+from sweeps.results_frame import all_ok, results_frame
+from sweeps.runner import run_tuner
 from unbiased.benchmarks.spec import BenchmarkSpec
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
@@ -234,7 +238,7 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     try:
         spec.check_read(args.values, args.explicit)
     except SweepError as exc:
-        runner.fail(str(exc))
+        fail(str(exc))
     return run_points(spec, args)
 
 
@@ -252,7 +256,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
             return 0
         if points:
             check_local_gpu(args)
-        runner.check_out_dir(args, spec.experiment)
+        check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
         args.extra.update(facts)
@@ -264,31 +268,31 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
             print(line, flush=True)
         grid = []
         if points:
-            runner.init_ray(args.address)
+            init_ray(args.address)
             from ray import tune
 
             resources = {"cpu": float(args["cpus_per_trial"]),
                          "gpu": float(args["gpus_per_trial"])}
-            grid = runner.run_tuner(args, spec.experiment,
-                                    tune.with_parameters(spec.trainable(), **loaded),
-                                    spec.param_space(args.values, points), resources,
-                                    param_keys=spec.param_keys(), n_trials=len(points))
-        df = runner.results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns(),
-                                  done=done_trials(finished, spec.fixed_values(args.values)))
+            grid = run_tuner(args, spec.experiment,
+                             tune.with_parameters(spec.trainable(), **loaded),
+                             spec.param_space(args.values, points), resources,
+                             param_keys=spec.param_keys(), n_trials=len(points))
+        df = results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns(),
+                           done=done_trials(finished, spec.fixed_values(args.values)))
         if spec.extra_rows is not None:
             df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
-        written = runner.write_outputs(args, spec.experiment, df)
+        written = write_outputs(args, spec.experiment, df)
         if after is not None:
             written += after(args, df)
         trackers.finish(args, df, written)
     except SweepError as exc:
-        runner.fail(str(exc))
+        fail(str(exc))
     summary(df, spec.summary_columns)
     for path in written:
         print(f"wrote {path}")
-    for line in trackers.hints(args, runner.storage_dir(args)):
+    for line in trackers.hints(args, storage_dir(args)):
         print(line)
-    return 0 if runner.all_ok(df) else 1
+    return 0 if all_ok(df) else 1
 
 
 def check_local_gpu(args: SweepArgs) -> None:

@@ -111,7 +111,7 @@ def split_done(path: Path, rows: pd.DataFrame, points: list[dict], fixed: dict
 def done_trials(done: list[tuple[dict, pd.DataFrame]], fixed: dict
                 ) -> list[tuple[pd.DataFrame, dict, str]]:
     """Each finished trial as (its epoch rows, its flat config, its trial id), the form
-    runner.results_frame turns into rows of results.parquet."""
+    sweeps/results_frame.py turns into rows of results.parquet."""
     out = []
     for point, own in done:
         config = _recorded_config(own)

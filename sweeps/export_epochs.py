@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = [k for k in TRIAL_KEYS if k in df.columns]
     keys += [k for k in AXIS_KEYS if k in df.columns and df[k].notna().all()]
     df = df.drop_duplicates([*keys, "epoch"], keep="last")
-    from sweeps.runner import CONTRACT_COLUMNS, KEPT_COLUMNS
+    from sweeps.results_frame import CONTRACT_COLUMNS, KEPT_COLUMNS
 
     # COLUMNS first (what earlier exports hold), then every other column results.parquet
     # keeps, so that a trial `--done` takes over loses none of them.

@@ -24,19 +24,13 @@ import pandas as pd  # noqa: E402
 
 from sweeps import trackers  # noqa: E402
 from sweeps.cli import build_parser, resolve  # noqa: E402
+from sweeps.common import SweepError, fail  # noqa: E402
 from sweeps.digits_grid import BENCH, SPEC, bias_strength, load_digits  # noqa: E402
+from sweeps.outputs import check_out_dir, storage_dir, write_outputs  # noqa: E402
 from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
-from sweeps.runner import (  # noqa: E402
-    SweepError,
-    all_ok,
-    check_out_dir,
-    fail,
-    init_ray,
-    results_frame,
-    run_tuner,
-    storage_dir,
-    write_outputs,
-)
+from sweeps.ray_init import init_ray  # noqa: E402
+from sweeps.results_frame import all_ok, results_frame  # noqa: E402
+from sweeps.runner import run_tuner  # noqa: E402
 
 EXPERIMENT = "lambda_search"
 OBJECTIVES = ["mi_eval", "train_acc"]

@@ -22,7 +22,6 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import pandas as pd  # noqa: E402
 
-from sweeps import runner  # noqa: E402
 from sweeps.cli import (  # noqa: E402
     SEED_LIST,
     STORAGE_ENV,
@@ -30,8 +29,9 @@ from sweeps.cli import (  # noqa: E402
     check_tracker_flags,
     tracker_flags,
 )
+from sweeps.common import SweepError, fail  # noqa: E402
 from sweeps.core import GridSpec, has_key, run_points  # noqa: E402
-from sweeps.runner import SweepError  # noqa: E402
+from sweeps.outputs import EXPERIMENT_FILE  # noqa: E402
 
 PROG = "python -m sweeps rerun"
 
@@ -72,9 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _record(source: Path) -> dict:
-    path = source / runner.EXPERIMENT_FILE
+    path = source / EXPERIMENT_FILE
     if not path.is_file():
-        raise SweepError(f"{source} holds no {runner.EXPERIMENT_FILE}: not the OUT of a "
+        raise SweepError(f"{source} holds no {EXPERIMENT_FILE}: not the OUT of a "
                          f"finished sweep")
     try:
         record = json.loads(path.read_text())
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if chosen.empty:
             raise SweepError(f"{source}: no label-free pick to re-run (every trial excluded)")
     except SweepError as exc:
-        runner.fail(str(exc))
+        fail(str(exc))
     values = dict(record["values"])
     values["seeds"] = list(ns.seeds)
     # The lambdas and Ks that run (the grid's own lists only label the sweep's config).

@@ -5,6 +5,8 @@ from __future__ import annotations
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
+from sweeps import ray_private
+
 
 def grid_position(trial_id: object) -> tuple[int, str]:
     """Where a trial sits in its grid: Tune numbers the trials of one run as it creates them,
@@ -23,7 +25,8 @@ class GridOrderScheduler(FIFOScheduler):
 
     def choose_trial_to_run(self, tune_controller) -> Trial | None:
         for status in (Trial.PENDING, Trial.PAUSED):
-            waiting = [t for t in tune_controller.get_trials() if t.status == status]
+            waiting = [t for t in ray_private.controller_trials(tune_controller)
+                       if t.status == status]
             if waiting:
                 return min(waiting, key=grid_position)
         return None

@@ -18,11 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _validate(config: dict) -> dict:
-    from ray.autoscaler._private.util import prepare_config, validate_config
+    from sweeps.ray_private import check_cluster_config
 
-    prepared = prepare_config(copy.deepcopy(config))
-    validate_config(prepared)
-    return prepared
+    return check_cluster_config(copy.deepcopy(config))
 
 
 @pytest.fixture(scope="module")

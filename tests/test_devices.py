@@ -59,7 +59,7 @@ def test_without_gpus_auto_is_the_cpu_and_cpu_is_always_usable():
 @NO_CUDA
 def test_a_trial_on_a_device_it_cannot_use_stops_once_with_one_line(ray_local, tiny_digits,
                                                                      tmp_path):
-    from sweeps.runner import results_frame
+    from sweeps.results_frame import results_frame
     from trainables.digits import train_digits
 
     config = {"sigma": 0.03, "lam": 1.0, "K": 2, "seed": 0, "epochs": 2, "batch_size": 64,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sweeps.ray_private import driver_sessions, ray_temp_dir
 from tests.processes import alive, descendants, with_text
 
 pytestmark = pytest.mark.ray  # every test runs a local sweep in a driver process
@@ -107,8 +108,8 @@ def test_sigterm_to_the_process_group_saves_stops_and_resumes(tmp_path):
     stdout, stderr_text = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, stdout[-2000:] + stderr_text[-2000:]
     assert "resuming " in stdout, stdout[-2000:]
-    # A Ray session's directory ends in its driver's pid: the resumed run's Ray is gone too.
-    sessions = [str(d) for d in Path("/tmp/ray").glob(f"session_*_{resumed.pid}")]
+    # The resumed run's Ray is gone too.
+    sessions = [str(d) for d in driver_sessions(ray_temp_dir(), resumed.pid)]
     assert sessions and not any(_left({}, d) for d in sessions), sessions
     df = pd.read_parquet(out / "results.parquet")
     epochs = df.groupby("trial_id")["epoch"].apply(lambda e: tuple(sorted(e)))
@@ -116,7 +117,7 @@ def test_sigterm_to_the_process_group_saves_stops_and_resumes(tmp_path):
 
 
 def test_sigkill_to_the_process_group_leaves_no_ray_process(tmp_path):
-    # Ray's processes run in sessions of their own (sweeps.runner._init_local_ray): the kernel
+    # Ray's processes run in sessions of their own (sweeps/ray_init.py): the kernel
     # (PR_SET_PDEATHSIG), not the group's signal, ends them with the driver.
     proc = _start(tmp_path / "out", tmp_path / "stderr")
     try:

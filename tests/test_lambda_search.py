@@ -44,13 +44,14 @@ def test_lowest_mi_rule_on_the_front():
 def test_asha_is_accepted_and_ranks_on_train_acc(capsys):
     from ray.tune.schedulers import ASHAScheduler
 
+    from sweeps import ray_private
     from sweeps.runner import make_scheduler
 
     parser = build_parser("digits_grid.py", "x", DIGITS)
     args = resolve(parser, "digits", DIGITS, ["--scheduler", "asha", "--epochs", "8"])
     scheduler = make_scheduler(args)
     assert isinstance(scheduler, ASHAScheduler)
-    assert scheduler._metric == "train_acc" and scheduler._mode == "max"
+    assert scheduler.metric == "train_acc" and ray_private.scheduler_mode(scheduler) == "max"
     fifo = make_scheduler(resolve(parser, "digits", DIGITS, []))  # by default
     assert type(fifo).__name__ == "GridOrderScheduler"  # FIFO in the grid's order
     with pytest.raises(SystemExit) as exc:
@@ -59,7 +60,7 @@ def test_asha_is_accepted_and_ranks_on_train_acc(capsys):
 
 
 def test_a_trial_the_scheduler_stopped_is_not_a_failure():
-    from sweeps.runner import STOPPED_EARLY, all_ok, results_frame
+    from sweeps.results_frame import STOPPED_EARLY, all_ok, results_frame
 
     def result(tid: str, epochs_run: int) -> SimpleNamespace:
         metrics = pd.DataFrame({"epoch": range(1, epochs_run + 1), "trial_id": tid,

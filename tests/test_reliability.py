@@ -143,7 +143,8 @@ def test_diverging_trial_stops_itself_and_analysis_leaves_it_out(ray_local, tiny
                                                                   tmp_path):
     from analysis import build_all
     from sweeps.cli import SweepArgs
-    from sweeps.runner import results_frame, write_outputs
+    from sweeps.outputs import write_outputs
+    from sweeps.results_frame import results_frame
 
     # SGD at lr 1e6 on the statistics network overflows to NaN in the first epoch: a real
     # divergence from a bad hyper-parameter, next to a trial that trains normally.
@@ -218,8 +219,9 @@ def test_killed_writer_leaves_the_old_file_intact(tmp_path):
 def _killed_experiment(storage: Path, staging_root: Path | None) -> dict[Path, bytes]:
     """A Tune experiment dir as a kill during Tune's copy of its files leaves it: the state
     cut in half, a trial's result.json emptied, another trial's (longer, from a later
-    session) whole; and (when `staging_root`) the driver's whole staging copies.
-    Returns each file's whole content."""
+    session) whole; and (when `staging_root`) the driver's whole staging copies. The layout
+    is Tune's as sweeps/ray_private.py describes it (tests/test_ray_adapter.py checks it
+    against a real run). Returns each file's whole content."""
     state = "experiment_state-2026-01-01_00-00-00.json"
     whole = {Path(state): json.dumps({"trial_data": [], "x": list(range(200))}).encode(),
              Path("trial_0/result.json"): b'{"epoch": 1}\n{"epoch": 2}\n',
@@ -251,7 +253,7 @@ def _killed_experiment(storage: Path, staging_root: Path | None) -> dict[Path, b
 
 
 def test_files_cut_off_by_a_kill_are_put_back_from_the_staging_copies(tmp_path):
-    from sweeps.runner import repair_cut_off_state
+    from sweeps.tune_state import repair_cut_off_state
 
     storage, staging = tmp_path / "tune", tmp_path / "ray"
     whole = _killed_experiment(storage, staging)
@@ -268,12 +270,12 @@ def test_files_cut_off_by_a_kill_are_put_back_from_the_staging_copies(tmp_path):
 
 
 def test_resume_of_a_sweep_killed_before_tune_saved_state_starts_afresh(tmp_path):
-    from sweeps.runner import _saved_state
+    from sweeps.tune_state import saved_state
 
     state = next(iter(_killed_experiment(tmp_path / "tune", None)))
-    assert _saved_state(str(state.parent))
+    assert saved_state(str(state.parent))
     state.unlink()  # killed in its first seconds: only tuner.pkl
-    assert not _saved_state(str(state.parent))
+    assert not saved_state(str(state.parent))
 
 
 def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
@@ -394,7 +396,7 @@ def test_waiting_trials_start_in_the_grids_order_whatever_order_tune_lists_them(
 
 
 def test_saved_trials_are_put_back_in_the_grids_order(tmp_path):
-    from sweeps.runner import order_saved_trials
+    from sweeps.tune_state import order_saved_trials
 
     def saved(number: int) -> list[str]:
         return [json.dumps({"trial_id": f"1f693_{number:05d}", "config": {"n": number}}),
@@ -438,7 +440,7 @@ def test_a_resumed_grid_goes_on_in_the_grids_order(tmp_path):
 def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
     import logging
 
-    from sweeps.runner import QuietUnstarted, StopSignals
+    from sweeps.signals import QuietUnstarted, StopSignals
 
     def record(message: str) -> logging.LogRecord:
         return logging.LogRecord(QuietUnstarted.LOGGER, logging.WARNING, __file__, 1, message,
@@ -478,9 +480,9 @@ def test_progress_counts_the_trials_earlier_runs_finished(capsys):
 def test_a_trial_that_never_reported_is_not_counted_as_finished():
     from types import SimpleNamespace
 
-    from sweeps.runner import _finished
+    from sweeps.results_frame import finished
 
     never = SimpleNamespace(error=None, metrics={"trial_id": "a"}, config=None)
     half = SimpleNamespace(error=None, metrics={"epoch": 1}, config={"epochs": 3})
     done = SimpleNamespace(error=None, metrics={"epoch": 3}, config={"epochs": 3})
-    assert [_finished(r) for r in (never, half, done)] == [False, False, True]
+    assert [finished(r) for r in (never, half, done)] == [False, False, True]

@@ -81,7 +81,7 @@ def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local
                                                                    tmp_path):
     import torch
 
-    from sweeps.runner import selected_rows
+    from sweeps.results_frame import selected_rows
     from unbiased.stopping import CRITERION, EpochRecord, pick_epoch
 
     result = _fit(tmp_path, tiny_digits, _config(epochs=3, select_epoch=rule))
@@ -116,7 +116,7 @@ def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local
 
 
 def test_last_epoch_is_selected_by_default(ray_local, tiny_digits, tmp_path):
-    from sweeps.runner import selected_rows
+    from sweeps.results_frame import selected_rows
 
     result = _fit(tmp_path, tiny_digits, _config())
     df = result.metrics_dataframe.assign(trial_id="t")

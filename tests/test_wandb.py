@@ -89,8 +89,8 @@ def test_tracker_flags_are_checked_before_ray(args, needle, tmp_path):
 ACTOR_LIFE = """
 import os, signal, sys
 from pathlib import Path
-from ray.air.integrations.wandb import _QueueItem
-from sweeps.trackers.wandb_runs import _trial_runs_callback
+from sweeps.ray_private import wandb_queue_items
+from sweeps.trackers.wandb_runs import _epoch_actor
 
 class Items:
     def __init__(self, items):
@@ -99,9 +99,10 @@ class Items:
         return self.items.pop(0)
 
 out = sys.argv[1]
-items = [(_QueueItem.RESULT, {"epoch": e, "test_acc": e / 10}) for e in (1, 2)]
-actor = _trial_runs_callback()._logger_actor_cls(
-    logdir=out, queue=Items([*items, (_QueueItem.END, None)]), exclude=[], to_config=[],
+item = wandb_queue_items()
+items = [(item.RESULT, {"epoch": e, "test_acc": e / 10}) for e in (1, 2)]
+actor = _epoch_actor()(
+    logdir=out, queue=Items([*items, (item.END, None)]), exclude=[], to_config=[],
     id="t1", project="p", dir=out, mode="offline")
 actor.run()
 children = [pid for task in Path(f"/proc/{os.getpid()}/task").iterdir()

@@ -20,6 +20,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import ray
 import torch
@@ -119,89 +120,237 @@ def set_deterministic(device: torch.device) -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a trial does, read from its config once: how long, which seed, how often MI is
+    re-estimated and which epoch it reports as selected."""
+
+    epochs: int
+    seed: int
+    method: str
+    select: str  # one of SELECT_EPOCH_RULES
+    mi_steps: int
+    # The stopping rule re-estimates MI every `every` epochs and at the last, and picks among
+    # those epochs: on a long schedule a re-estimate every epoch would cost more than the
+    # training (docs/MEASURED.md, "The GPU path on an H200").
+    every: int
+    fail_at: int | None  # the fail_once_at_epoch test hook
+
+    @classmethod
+    def of(cls, config: dict) -> Plan:
+        select = str(config.get("select_epoch", "last"))
+        if select not in SELECT_EPOCH_RULES:
+            raise ValueError(f"select_epoch must be one of {SELECT_EPOCH_RULES}, got {select!r}")
+        fail_at = config.get("fail_once_at_epoch")
+        return cls(epochs=int(config["epochs"]), seed=int(config["seed"]),
+                   method=str(config.get("method", DEFAULT_METHOD)), select=select,
+                   mi_steps=int(config.get("mi_eval_steps", 2000)),
+                   every=int(config.get("mi_eval_every", 1)),
+                   fail_at=None if fail_at is None else int(fail_at))
+
+    def for_lam(self, lam: float) -> Plan:
+        """lam as the method reads it (its Config's default when the trial config has none).
+        lam = 0 is the ERM baseline: reported at its last epoch, as a user would train it (the
+        stopping rule is part of the method, and on ERM it would pick early epochs whose lower
+        MI only reflects a less fitted model)."""
+        return replace(self, select="last") if lam == 0 else self
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a label-free stopping rule picks the reported epoch."""
+        return self.select in CRITERION
+
+    @property
+    def criterion(self) -> str:
+        return CRITERION.get(self.select, "mi_eval")
+
+    def estimates_at(self, epoch: int) -> bool:
+        """Whether MI is re-estimated (mi_eval) after this epoch."""
+        return epoch == self.epochs or (self.stopping and epoch % self.every == 0)
+
+
+class StoppingRecords:
+    """The lowest-MI rule's bookkeeping over a run: every estimated epoch's (train_acc,
+    mi_eval, ...) and the weights of the epochs the rule could still pick (a small Pareto
+    set), both kept in every checkpoint so a restart loses nothing."""
+
+    def __init__(self, criterion: str, state: dict | None) -> None:
+        self.criterion = criterion
+        state = state or {}
+        self.records = [EpochRecord(**r) for r in state.get("records", [])]
+        self.kept: dict[int, dict] = dict(state.get("kept", {}))
+
+    def add(self, epoch: int, metrics: dict, state: dict) -> None:
+        """An estimated epoch: its record, and its g and f while the rule could pick it."""
+        self.records.append(EpochRecord(
+            epoch, float(metrics["train_acc"]), float(metrics["mi_eval"]),
+            float(metrics["mi_eval_cond"]), float(metrics["mi_floor"]),
+            float(metrics["mi_floor_cond"])))
+        self.kept[epoch] = {"g": state["g"], "f": state["f"]}
+        keep = could_be_picked(self.records, self.criterion)
+        self.kept = {e: w for e, w in self.kept.items() if e in keep}
+
+    def store(self, state: dict) -> None:
+        """Into a checkpoint, estimated this epoch or not."""
+        state["records"] = [vars(r) for r in self.records]
+        state["kept"] = self.kept
+
+    def pick(self) -> int | None:
+        return pick_epoch(self.records, criterion=self.criterion)
+
+    def weights(self, epoch: int, state: dict) -> dict:
+        """The g and f of a picked epoch (this epoch's, in `state`, when not kept)."""
+        return self.kept.get(epoch) or {"g": state["g"], "f": state["f"]}
+
+
+def restore(algo) -> dict | None:
+    """The state of Tune's checkpoint put back into `algo` (None: a fresh start)."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as ckpt_dir:
+        # On the CPU: RNG states must stay CPU byte tensors (map_location=cuda moved them
+        # onto the GPU, and every restore on a GPU crashed); load_state_dict copies the
+        # weights and optimiser states onto the trial's device.
+        state = torch.load(os.path.join(ckpt_dir, CHECKPOINT_FILE), map_location="cpu",
+                           weights_only=False)
+    for note in algo.load_state_dict(state):
+        print(f"restore: {note}", flush=True)
+    return state
+
+
+def where_it_runs() -> dict[str, str]:
+    """The node and machine columns of every epoch. Hostnames repeat across Ray nodes on one
+    machine (and in some clusters); the node id not."""
+    return {"node": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
+            "machine": machine_id()}
+
+
+def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str]) -> dict:
+    """One epoch trained and evaluated: its metrics, mi_eval NaN until estimated. Wall
+    seconds of each part of an epoch: time_s (the training steps, measured by the method) +
+    eval_s + mi_eval_s + ckpt_s <= epoch_s; bench/epoch_cost.py prints them."""
+    stats = algo.run_epoch()
+    eval_start = time.perf_counter()
+    evaluated = algo.evaluate()
+    eval_s = time.perf_counter() - eval_start
+    metrics: dict[str, float | int | str] = {
+        "epoch": epoch, "loss_task": stats.loss_task, "penalty": stats.penalty,
+        "mi_batch": stats.mi_batch, "time_s": stats.time_s, **evaluated,
+        "start_epoch": start_epoch, **where, "mi_eval": math.nan,
+        "eval_s": eval_s, "mi_eval_s": 0.0,
+    }
+    if math.isfinite(stats.guarded_frac):
+        metrics["guarded_frac"] = stats.guarded_frac
+    return metrics
+
+
+def estimate_mi(algo, plan: Plan) -> dict[str, float]:
+    """MI of the training features by fresh statistics networks (mi_eval), and with the
+    stopping rule the floors it checks them against."""
+    z, y, c = algo.train_eval_set()
+    seed, steps = plan.seed, plan.mi_steps
+    # Colour beyond the label: c shuffled within each class (0 for a z that encodes y alone;
+    # plain mi_eval then still reads about I(y; c)).
+    estimates = {"mi_eval": mi_eval(z, c, seed=seed, steps=steps),
+                 "mi_eval_cond": mi_eval(z, c, seed=seed, steps=steps, given=y)}
+    if plan.stopping:
+        # The same estimators on the model's own predictions: floors that an estimate on z
+        # reads below only when the estimator fails on z (unbiased/stopping.py).
+        pred = algo.predictions(z)
+        estimates["mi_floor"] = mi_eval(pred, c, seed=seed, steps=steps)
+        estimates["mi_floor_cond"] = mi_eval(pred, c, seed=seed, steps=steps, given=y)
+    return estimates
+
+
+def select_epoch(algo, plan: Plan, rule: StoppingRecords | None, state: dict,
+                 metrics: dict) -> float:
+    """At the last epoch: the epoch the trial reports as selected (`selected_epoch`), and
+    with the stopping rule its weights in the checkpoint (under "selected") and its estimates
+    again with another seed. Returns the seconds spent re-estimating."""
+    epoch = int(metrics["epoch"])
+    chosen = rule.pick() if rule is not None else epoch
+    if chosen is None:
+        # No epoch with a usable estimate (NaN, or below its floor): report the last.
+        chosen = epoch
+        metrics["selection_note"] = (f"no epoch with a usable {plan.criterion} (NaN or "
+                                     f"below its prediction floor): last epoch")
+    metrics["selected_epoch"] = chosen
+    if rule is None:
+        return 0.0
+    weights = rule.weights(chosen, state)
+    state["selected"] = {"epoch": chosen, **weights}
+    # The chosen epoch's estimates again, with another seed (T's init, batches and 80/20
+    # split): the minimum of noisy estimates is biased low, this is not.
+    again_start = time.perf_counter()
+    with algo.at_weights(weights["g"], weights["f"]):
+        z, y, c = algo.train_eval_set()
+        again = plan.seed + REESTIMATE_SEED_OFFSET
+        metrics["selected_mi_eval"] = mi_eval(z, c, seed=again, steps=plan.mi_steps)
+        metrics["selected_mi_eval_cond"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,
+                                                   given=y)
+    again_s = time.perf_counter() - again_start
+    metrics["mi_eval_s"] = float(metrics["mi_eval_s"]) + again_s
+    return again_s
+
+
+def report_with_checkpoint(state: dict, metrics: dict, ckpt_start: float,
+                           epoch_start: float) -> None:
+    """The epoch's metrics to Tune, with `state` as its checkpoint (CHECKPOINT_FILE)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.save(state, os.path.join(tmp, CHECKPOINT_FILE))
+        now = time.perf_counter()
+        metrics["ckpt_s"] = now - ckpt_start
+        metrics["epoch_s"] = now - epoch_start
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+
+
+def trial_config(config: dict) -> dict:
+    """A sweep's trial has its grid point under "point" (sweeps/core.py): flattened."""
+    return {**{k: v for k, v in config.items() if k != "point"}, **(config.get("point") or {})}
+
+
+def trial_device(config: dict) -> torch.device | None:
+    """The trial's device; None when it cannot have the one it was given, which is then
+    reported, not raised: Tune would retry a raised error max_failures times."""
+    try:
+        return pick_device(str(config.get("device", "auto")), trial_gpu_ids())
+    except DeviceError as exc:
+        print(f"error: {exc}", flush=True)
+        tune.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
+        return None
+
+
 def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     """Train one trial under Tune. `build(config)` returns the benchmark (on CPU)."""
     # Tune logs every checkpoint at INFO from the worker; the driver prints progress itself.
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
-    # A sweep's trial has its grid point under "point" (sweeps/core.py).
-    config = {**{k: v for k, v in config.items() if k != "point"}, **(config.get("point") or {})}
+    config = trial_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
-    try:
-        device = pick_device(str(config.get("device", "auto")), trial_gpu_ids())
-    except DeviceError as exc:
-        # Reported, not raised: Tune would retry a raised error max_failures times.
-        print(f"error: {exc}", flush=True)
-        tune.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
+    device = trial_device(config)
+    if device is None:
         return
     config = {**config, "device": str(device)}  # the build puts its tensors there too
     if config.get("deterministic"):
         set_deterministic(device)
-    epochs = int(config["epochs"])
-    seed = int(config["seed"])
-    select = str(config.get("select_epoch", "last"))
-    if select not in SELECT_EPOCH_RULES:
-        raise ValueError(f"select_epoch must be one of {SELECT_EPOCH_RULES}, got {select!r}")
-    mi_steps = int(config.get("mi_eval_steps", 2000))
-    # The stopping rule re-estimates MI every `mi_eval_every` epochs and at the last, and
-    # picks among those epochs: on a long schedule a re-estimate every epoch would cost more
-    # than the training (docs/MEASURED.md, "The GPU path on an H200").
-    every = int(config.get("mi_eval_every", 1))
-    method = str(config.get("method", DEFAULT_METHOD))
-    bench = build(config).to(device)
-    algo = make_method(method, bench, config, seed=seed, device=device)
-    # lam as the method reads it (its Config's default when the trial config has none).
-    if algo.cfg.lam == 0:
-        # lam = 0 is the ERM baseline: reported at its last epoch, as a user would train it
-        # (the stopping rule is part of the method, and on ERM it would pick early epochs
-        # whose lower MI only reflects a less fitted model).
-        select = "last"
-    stopping = select in CRITERION  # a label-free stopping rule over the epochs
-    criterion = CRITERION.get(select, "mi_eval")
+    plan = Plan.of(config)
+    algo = make_method(plan.method, build(config).to(device), config, seed=plan.seed,
+                       device=device)
+    plan = plan.for_lam(algo.cfg.lam)
     # A method without an MI estimator of its own reports mi and mi_batch as NaN.
     watched = ("loss_task", "penalty") + (("mi_batch", "mi") if algo.has_mi_estimator else ())
-
-    checkpoint = tune.get_checkpoint()
-    resumed = checkpoint is not None
-    if checkpoint is not None:
-        with checkpoint.as_directory() as ckpt_dir:
-            # On the CPU: RNG states must stay CPU byte tensors (map_location=cuda moved them
-            # onto the GPU, and every restore on a GPU crashed); load_state_dict copies the
-            # weights and optimiser states onto the trial's device.
-            state = torch.load(os.path.join(ckpt_dir, CHECKPOINT_FILE), map_location="cpu",
-                               weights_only=False)
-        for note in algo.load_state_dict(state):
-            print(f"restore: {note}", flush=True)
-    # lowest_mi: every epoch's (train_acc, mi_eval), and the weights of the epochs the rule
-    # could still pick (a small Pareto set), kept in the checkpoint so a restart loses nothing.
-    records = [EpochRecord(**r) for r in (state.get("records", []) if resumed else [])]
-    kept = dict(state.get("kept", {})) if resumed else {}
+    restored = restore(algo)
+    rule = StoppingRecords(plan.criterion, restored) if plan.stopping else None
     start_epoch = algo.epoch + 1
-    node = socket.gethostname()
-    # Hostnames repeat across Ray nodes on one machine (and in some clusters); the node id not.
-    node_id = ray.get_runtime_context().get_node_id()
-    fail_at = config.get("fail_once_at_epoch")
+    where = where_it_runs()
 
-    for epoch in range(start_epoch, epochs + 1):
-        if fail_at is not None and epoch == int(fail_at) and not resumed:
+    for epoch in range(start_epoch, plan.epochs + 1):
+        if epoch == plan.fail_at and restored is None:
             raise InjectedFailure(f"injected failure at epoch {epoch} (fail_once_at_epoch)")
-        # Wall seconds of each part of the epoch: time_s (the training steps, measured by the
-        # method) + eval_s + mi_eval_s + ckpt_s <= epoch_s; bench/epoch_cost.py prints them.
         epoch_start = time.perf_counter()
-        stats = algo.run_epoch()
-        part_start = time.perf_counter()
-        evaluated = algo.evaluate()
-        eval_s = time.perf_counter() - part_start
-        metrics: dict[str, float | int | str] = {
-            "epoch": epoch, "loss_task": stats.loss_task, "penalty": stats.penalty,
-            "mi_batch": stats.mi_batch, "time_s": stats.time_s, **evaluated,
-            "start_epoch": start_epoch, "node": node, "node_id": node_id,
-            "machine": machine_id(), "mi_eval": math.nan,
-            "eval_s": eval_s, "mi_eval_s": 0.0,
-        }
-        if math.isfinite(stats.guarded_frac):
-            metrics["guarded_frac"] = stats.guarded_frac
+        metrics = train_epoch(algo, epoch, start_epoch, where)
         diverged = divergence(metrics, watched)
         if diverged:
             # Stop with the reason on record; no checkpoint (a NaN model is not worth resuming)
@@ -210,61 +359,18 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
             metrics["epoch_s"] = time.perf_counter() - epoch_start
             tune.report(metrics)
             return
-        estimate = epoch == epochs or (stopping and epoch % every == 0)
-        if estimate:
-            part_start = time.perf_counter()
-            z, y, c = algo.train_eval_set()
-            metrics["mi_eval"] = mi_eval(z, c, seed=seed, steps=mi_steps)
-            # Colour beyond the label: c shuffled within each class (0 for a z that encodes
-            # y alone; plain mi_eval then still reads about I(y; c)).
-            metrics["mi_eval_cond"] = mi_eval(z, c, seed=seed, steps=mi_steps, given=y)
-            if stopping:
-                # The same estimators on the model's own predictions: floors that an estimate
-                # on z reads below only when the estimator fails on z (unbiased/stopping.py).
-                pred = algo.predictions(z)
-                metrics["mi_floor"] = mi_eval(pred, c, seed=seed, steps=mi_steps)
-                metrics["mi_floor_cond"] = mi_eval(pred, c, seed=seed, steps=mi_steps, given=y)
-            metrics["mi_eval_s"] = time.perf_counter() - part_start
-        part_start = time.perf_counter()
+        estimated = plan.estimates_at(epoch)
+        if estimated:
+            mi_start = time.perf_counter()
+            metrics.update(estimate_mi(algo, plan))
+            metrics["mi_eval_s"] = time.perf_counter() - mi_start
+        ckpt_start = time.perf_counter()
         state = algo.state_dict()
-        if stopping and estimate:
-            records.append(EpochRecord(
-                epoch, float(metrics["train_acc"]), float(metrics["mi_eval"]),
-                float(metrics["mi_eval_cond"]), float(metrics["mi_floor"]),
-                float(metrics["mi_floor_cond"])))
-            kept[epoch] = {"g": state["g"], "f": state["f"]}
-            keep = could_be_picked(records, criterion)
-            kept = {e: w for e, w in kept.items() if e in keep}
-        if stopping:  # in every checkpoint, estimated this epoch or not
-            state["records"] = [vars(r) for r in records]
-            state["kept"] = kept
-        if epoch == epochs:
-            chosen = pick_epoch(records, criterion=criterion) if stopping else epoch
-            if chosen is None:
-                # No epoch with a usable estimate (NaN, or below its floor): report the last.
-                chosen = epoch
-                metrics["selection_note"] = (f"no epoch with a usable {criterion} (NaN or "
-                                             f"below its prediction floor): last epoch")
-            metrics["selected_epoch"] = chosen
-            if stopping:
-                weights = kept.get(chosen) or {"g": state["g"], "f": state["f"]}
-                state["selected"] = {"epoch": chosen, **weights}
-                # The chosen epoch's estimates again, with another seed (T's init, batches
-                # and 80/20 split): the minimum of noisy estimates is biased low, this is not.
-                again_start = time.perf_counter()
-                with algo.at_weights(weights["g"], weights["f"]):
-                    z, y, c = algo.train_eval_set()
-                    again = seed + REESTIMATE_SEED_OFFSET
-                    metrics["selected_mi_eval"] = mi_eval(z, c, seed=again, steps=mi_steps)
-                    metrics["selected_mi_eval_cond"] = mi_eval(z, c, seed=again,
-                                                               steps=mi_steps, given=y)
-                # mi_eval's seconds, not the checkpoint's: ckpt_s starts after them.
-                again_s = time.perf_counter() - again_start
-                metrics["mi_eval_s"] = float(metrics["mi_eval_s"]) + again_s
-                part_start += again_s
-        with tempfile.TemporaryDirectory() as tmp:
-            torch.save(state, os.path.join(tmp, CHECKPOINT_FILE))
-            now = time.perf_counter()
-            metrics["ckpt_s"] = now - part_start
-            metrics["epoch_s"] = now - epoch_start
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+        if rule is not None:
+            if estimated:
+                rule.add(epoch, metrics, state)
+            rule.store(state)
+        if epoch == plan.epochs:
+            # mi_eval's seconds, not the checkpoint's: ckpt_s starts after them.
+            ckpt_start += select_epoch(algo, plan, rule, state, metrics)
+        report_with_checkpoint(state, metrics, ckpt_start, epoch_start)

@@ -18,6 +18,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sweeps import ray_private
 from sweeps.common import SweepError, flat_config
 from sweeps.trackers.base import Tracker, metrics_of, tags_of
 
@@ -127,18 +128,19 @@ def _trial_runs_callback():
             self._logged: dict[str, int] = {}  # run id -> last epoch logged
 
         def _client(self):
-            return self.mlflow_util._get_client()
+            return ray_private.mlflow_client(self)
 
         def _existing_run(self, trial) -> str | None:
             runs = self._client().search_runs(
-                [self.mlflow_util.experiment_id],
+                [ray_private.mlflow_util(self).experiment_id],
                 filter_string=(f"tags.trial_id = '{trial.trial_id}' and "
                                f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"),
                 max_results=1)
             return runs[0].info.run_id if runs else None
 
         def log_trial_start(self, trial) -> None:
-            if trial not in self._trial_runs:
+            trial_runs, util = ray_private.mlflow_trial_runs(self), ray_private.mlflow_util(self)
+            if trial not in trial_runs:
                 config = flat_config(trial.config)
                 run_id = self._existing_run(trial)
                 if run_id is None:
@@ -147,20 +149,19 @@ def _trial_runs_callback():
                     tags.update(tags_of(config))
                     name = " ".join(f"{k}={config[k]}" for k in self.param_keys
                                     if k in config)
-                    run_id = self.mlflow_util.start_run(run_name=name or str(trial),
-                                                        tags=tags).info.run_id
-                    self.mlflow_util.log_params(run_id=run_id, params_to_log=config)
+                    run_id = util.start_run(run_name=name or str(trial), tags=tags).info.run_id
+                    util.log_params(run_id=run_id, params_to_log=config)
                 else:
                     client = self._client()
                     client.update_run(run_id, status="RUNNING")
                     history = client.get_metric_history(run_id, "train_acc")
                     self._logged[run_id] = max((m.step for m in history), default=0)
-                self._trial_runs[trial] = run_id
+                trial_runs[trial] = run_id
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
             from mlflow.entities import Metric
 
-            run_id = self._trial_runs[trial]
+            run_id = ray_private.mlflow_trial_runs(self)[trial]
             epoch = int(result.get("epoch", result.get("training_iteration", 0)))
             if epoch <= self._logged.get(run_id, 0):
                 return  # re-reported after a restart from the previous epoch's checkpoint
@@ -171,10 +172,10 @@ def _trial_runs_callback():
             self._logged[run_id] = epoch
 
         def log_trial_end(self, trial, failed: bool = False) -> None:
-            run_id = self._trial_runs.get(trial)
+            run_id = ray_private.mlflow_trial_runs(self).get(trial)
             if run_id is not None:
-                self.mlflow_util.end_run(run_id=run_id,
-                                         status="FAILED" if failed else "FINISHED")
+                ray_private.mlflow_util(self).end_run(run_id=run_id,
+                                                      status="FAILED" if failed else "FINISHED")
 
     return TrialRuns
 

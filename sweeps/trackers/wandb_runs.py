@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sweeps import ray_private
 from sweeps.common import SweepError, flat_config
 from sweeps.trackers.base import Tracker, metrics_of, tags_of
 
@@ -133,35 +134,16 @@ class WandbTracker(Tracker):
                 f"in {runs})"]
 
 
+def _epoch_actor() -> type:
+    """The logging actor Ray runs for each trial: its own metrics at step = its epoch."""
+    return ray_private.wandb_epoch_actor(metrics_of)
+
+
 def _trial_runs_callback():
     """The callback class, built on first use: importing Ray's integration imports wandb."""
-    from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
-    class EpochActor(_WandbLoggingActor):
-        """Ray's logging actor, logging a trial's own metrics at step = its epoch."""
-
-        def _handle_result(self, result: dict) -> tuple[dict, dict]:
-            log = metrics_of(result)
-            epoch = result.get("epoch", result.get("training_iteration"))
-            log["training_iteration"] = int(epoch)  # the step Ray's actor logs at
-            return log, {}
-
-        def run(self) -> None:
-            """Ray's loop (log each queued result, finish at END), then wandb-core shut down
-            before returning. `wandb.finish()` only posts the run's close to wandb-core, which
-            writes the run file out when it handles it; Ray kills this actor and its child
-            processes as soon as run() returns, so under load wandb-core died first and the
-            offline run file lost every record it held (a trial's whole history, seen in CI).
-            `wandb.teardown()` waits for wandb-core to close its runs and exit."""
-            try:
-                super().run()
-            finally:
-                self._wandb.teardown()
-
-    class TrialRuns(WandbLoggerCallback):
+    class TrialRuns(ray_private.wandb_callback(_epoch_actor())):
         """One W&B run per trial, id = trial id, config = the flat config, grid-point tags."""
-
-        _logger_actor_cls = EpochActor
 
         def __init__(self, state: dict, param_keys: tuple[str, ...]) -> None:
             super().__init__(project=state["project"], group=state["group"],
@@ -175,16 +157,14 @@ def _trial_runs_callback():
             """Tell every logging actor still open to finish its run first: a sweep stopped
             by a signal ends no trial, and Ray's callback would wait for those actors up to
             its upload timeout (30 min) before the driver could exit."""
-            for trial in list(self._trial_logging_futures):
-                self._signal_logging_actor_stop(trial)
-            self._upload_timeout = min(self._upload_timeout, UPLOAD_TIMEOUT_S)
+            ray_private.wandb_stop_actors(self, UPLOAD_TIMEOUT_S)
             super().on_experiment_end(trials, **info)
 
         def log_trial_start(self, trial) -> None:
             config = flat_config(trial.config)
             name = " ".join(f"{k}={config[k]}" for k in self.param_keys if k in config)
-            self._start_logging_actor(
-                trial, [], id=trial.trial_id, name=name or str(trial),
+            ray_private.wandb_start_actor(
+                self, trial, id=trial.trial_id, name=name or str(trial),
                 resume="allow", allow_val_change=True,
                 group=self.group, project=self.project, dir=self.kwargs["dir"],
                 job_type="trial", tags=_tags(config), mode=self.mode,

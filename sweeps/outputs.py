@@ -1,0 +1,102 @@
+"""A sweep's OUT directory: refused when it holds another sweep, the Tune state's place in it,
+and what a finished sweep writes there (results.parquet, experiment.json, the analysis)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from sweeps.cli import SweepArgs
+from sweeps.common import SweepError
+from sweeps.tune_state import repair_cut_off_state
+
+EXPERIMENT_FILE = "experiment.json"
+
+
+def check_out_dir(args: SweepArgs, experiment: str) -> None:
+    """Refuse to mix experiments in one results directory, and fail early if it is not
+    writable, before anything is written into it."""
+    out = args.out
+    marker = out / EXPERIMENT_FILE
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out} exists and is not a directory")
+    if marker.exists() and not (args.resume or args.overwrite):
+        raise SweepError(f"--out {out} already holds results of an earlier sweep; pass "
+                         f"--resume to continue it or --overwrite to replace it")
+    if marker.exists() and args.resume:
+        previous = json.loads(marker.read_text()).get("experiment")
+        if previous != experiment:
+            raise SweepError(f"--out {out} holds experiment {previous!r}, not {experiment!r}")
+    if args.resume:
+        for message in repair_cut_off_state(storage_dir(args)):
+            print(f"resume: {message}", flush=True)
+    probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
+    if not probe.is_dir():
+        raise SweepError(f"--out {out} is not writable: {probe} is not a directory")
+    # Try a write instead of os.access, which says yes to root on read-only file systems.
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise SweepError(f"--out {out} is not writable: {exc.strerror or exc}") from None
+
+
+def storage_dir(args: SweepArgs) -> str:
+    """Where Tune keeps this sweep's trial state: OUT/tune, or STORAGE/<name of OUT> when a
+    (shared) --storage-path is given, so sweeps with different OUT never share a Tune
+    experiment directory there."""
+    if args.storage_path:
+        return args.storage_path.rstrip("/") + "/" + args.out.resolve().name
+    return str((args.out / "tune").resolve())
+
+
+def provenance() -> dict[str, object]:
+    """What produced these results: package versions and the git commit of this checkout
+    ("unknown" when the code was shipped without its .git, as on some cluster nodes)."""
+    import importlib.metadata
+    import platform
+    import subprocess
+
+    versions = {"python": platform.python_version()}
+    for dist in ("unbiased-mi", "torch", "torchvision", "ray", "pandas", "numpy", "pyarrow",
+                 "optuna", "scikit-learn"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    repo = Path(__file__).resolve().parents[1]
+
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(repo), *cmd], capture_output=True,
+                                  text=True, timeout=10, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit != "unknown" \
+        else None
+    return {"versions": versions, "git_commit": commit, "git_dirty": dirty,
+            "command": " ".join(sys.argv)}
+
+
+def write_outputs(args: SweepArgs, experiment: str, df: pd.DataFrame) -> list[Path]:
+    from analysis import build_all
+    from analysis.io import atomic_write_parquet, atomic_write_text
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "results.parquet"
+    record = {"experiment": experiment, "benchmark": args.benchmark, "preset": args.preset,
+              "values": args.values, "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              **args.extra, **provenance()}
+    meta = {"unbiased.experiment": json.dumps(record, default=str, sort_keys=True)}
+    atomic_write_parquet(df, path, metadata=meta)
+    atomic_write_text(args.out / EXPERIMENT_FILE, json.dumps(record, indent=2, default=str))
+    written = [path]
+    written += [Path(p) for p in build_all(args.out)]
+    return written

@@ -1,0 +1,238 @@
+"""Every Ray and Tune internal the sweeps rely on, and only those, in one place.
+
+Ray's public API does not cover a few things the sweeps need: repairing and reordering Tune's
+saved state on --resume, a graceful stop on SIGTERM, Ray's processes out of the driver's
+process group, and the per-trial W&B and MLflow runs. What they need from Ray's internals
+(private modules, underscore attributes, file and JSON layouts, undocumented behaviour) is
+here, each with what it relies on and why; nothing else in the repository reaches past Ray's
+public API. tests/test_ray_adapter.py checks each against the installed Ray, so a Ray upgrade
+that changes one fails there, by name, instead of in a sweep.
+
+Ray is imported inside the functions: the drivers' `--help` and the analysis never load it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# -- Tune's experiment directory ---------------------------------------------------------------
+# What `Tuner.restore` reads at the top of an experiment directory: the pickled Tuner
+# (ray.tune.impl.tuner_internal._TUNER_PKL) and the state files named by the CKPT_FILE_TMPL of
+# TuneController, BasicVariantGenerator, Searcher and CallbackList, "{}" their session's start.
+# The experiment state comes first: the repair and the reordering of a resumed sweep read it.
+TUNER_FILE = "tuner.pkl"
+EXPERIMENT_STATE = "experiment_state-*.json"
+STATE_PATTERNS = (EXPERIMENT_STATE, "basic-variant-state-*.json", "searcher-state-*.pkl",
+                  "callback-states-*.pkl")
+# The experiment state's JSON (TuneController.save_to_dir): "trial_data" lists one entry per
+# trial, [the trial's state as JSON (Trial.get_json_state; it holds "trial_id"), its run
+# metadata as JSON]. On restore Tune asks for the waiting trials' actors in this list's order.
+TRIAL_DATA = "trial_data"
+
+
+def saved_trial_id(entry: list) -> str:
+    """The trial id of one entry of an experiment state's TRIAL_DATA."""
+    return json.loads(entry[0])["trial_id"]
+
+
+# -- where the driver stages Tune's files ------------------------------------------------------
+
+def ray_temp_dir() -> Path:
+    """Ray's default temp dir (/tmp/ray), where sessions live: ray._common.utils
+    .get_default_ray_temp_dir, read without starting Ray."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return Path(get_default_ray_temp_dir())
+
+
+def staging_dirs(ray_temp: Path, experiment: str) -> Iterator[Path]:
+    """The driver's staging directories of an experiment, one per Ray session that ran it.
+    The driver writes the experiment state and each trial's result.json/progress.csv there
+    first, then copies them into the experiment directory
+    (ray.train._internal.storage.StorageContext.experiment_driver_staging_path:
+    <ray temp>/session_<name>/artifacts/<start time>/<experiment>/driver_artifacts)."""
+    return ray_temp.glob(f"session_*/artifacts/*/{experiment}/driver_artifacts")
+
+
+def driver_sessions(ray_temp: Path, pid: int) -> list[Path]:
+    """The session directories of the Ray a driver started: a head node names its session
+    session_<start time>_<pid of the process that started it> (ray._private.node.Node)."""
+    return sorted(ray_temp.glob(f"session_*_{pid}"))
+
+
+# -- Ray's processes in sessions of their own --------------------------------------------------
+
+@contextmanager
+def ray_processes_in_own_sessions() -> Iterator[bool]:
+    """While active, the processes Ray starts (GCS, raylet, monitors) run in sessions of
+    their own; yields whether that is in effect. ray.init starts each through
+    `ray._private.services.start_ray_process`, which looks up the module's `ConsolePopen` (a
+    subprocess.Popen) at each call: a subclass adding start_new_session=True goes in its
+    place for the duration. Only where Ray has kernel fate sharing
+    (`ray._private.utils.detect_fate_sharing_support`: PR_SET_PDEATHSIG, so they still die
+    with the driver); without it Ray's reaper ends them by the driver's process group, and
+    they stay in it."""
+    from ray._private import services, utils
+
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None or not utils.detect_fate_sharing_support():
+        yield False
+        return
+
+    class OwnSession(popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "start_new_session": True})
+
+    services.ConsolePopen = OwnSession
+    try:
+        yield True
+    finally:
+        services.ConsolePopen = popen
+
+
+# -- Tune's run loop ---------------------------------------------------------------------------
+# Tune's graceful stop: while Tuner.fit runs (on the main thread) Tune has a SIGUSR1 handler
+# (ray.tune.tune._setup_signal_catching) that ends the run after the current step and saves
+# the experiment state, as its SIGINT handler does (that one is documented and can be turned
+# off with TUNE_DISABLE_SIGINT_HANDLER; SIGUSR1's is neither).
+STOP_SIGNAL = signal.SIGUSR1
+
+
+def tune_listens_for_stop() -> bool:
+    """Whether Tune's stop handler is in place (Tuner.fit's loop has started)."""
+    return signal.getsignal(STOP_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN, None)
+
+
+def ask_tune_to_stop() -> None:
+    """Tune ends the run after this step and saves its state (see STOP_SIGNAL)."""
+    signal.raise_signal(STOP_SIGNAL)
+
+
+# Tune's warning, when results are read, for each trial that has none yet (a resumed or a
+# stopped grid): ray.tune.analysis.experiment_analysis's module logger, this text.
+UNSTARTED_LOGGER = "ray.tune.analysis.experiment_analysis"
+UNSTARTED_MESSAGE = "Failed to fetch metrics"
+
+
+def restored_tune_config(tuner):
+    """The TuneConfig a restored Tuner will run with (its scheduler pickled with the run;
+    Tuner.restore takes none): `Tuner._local_tuner._tune_config`. None where the Tuner has no
+    local one (Ray client mode)."""
+    return getattr(getattr(tuner, "_local_tuner", None), "_tune_config", None)
+
+
+def controller_trials(tune_controller) -> list:
+    """All trials of the run, in Tune's list's order: the controller a scheduler's
+    `choose_trial_to_run(tune_controller)` is given (ray.tune.execution.tune_controller
+    .TuneController) answers `get_trials()`."""
+    return tune_controller.get_trials()
+
+
+def scheduler_mode(scheduler) -> str | None:
+    """The mode ("min"/"max") a trial scheduler ranks its metric by: TrialScheduler keeps it
+    in `_mode` (its metric has a public property, its mode none). Only the tests read it."""
+    return scheduler._mode
+
+
+# -- W&B: one run per trial through Ray's callback ---------------------------------------------
+
+def wandb_queue_items():
+    """The kinds of item Ray's W&B callback queues for a trial's logging actor
+    (ray.air.integrations.wandb._QueueItem: RESULT, END)."""
+    from ray.air.integrations.wandb import _QueueItem
+
+    return _QueueItem
+
+
+def wandb_epoch_actor(log_of: Callable[[dict], dict]) -> type:
+    """Ray's per-trial W&B logging actor (ray.air.integrations.wandb._WandbLoggingActor),
+    logging `log_of(result)` at step = the result's epoch, and wandb shut down before run()
+    returns. Its run() loop calls `_handle_result(result) -> (log, config update)` for every
+    result and logs at step = log["training_iteration"]; `_wandb` is the wandb module."""
+    from ray.air.integrations.wandb import _WandbLoggingActor
+
+    class EpochActor(_WandbLoggingActor):
+        def _handle_result(self, result: dict) -> tuple[dict, dict]:
+            log = log_of(result)
+            epoch = result.get("epoch", result.get("training_iteration"))
+            log["training_iteration"] = int(epoch)  # the step Ray's loop logs at
+            return log, {}
+
+        def run(self) -> None:
+            """Ray's loop (log each queued result, finish at END), then wandb-core shut down
+            before returning. `wandb.finish()` only posts the run's close to wandb-core, which
+            writes the run file out when it handles it; Ray kills this actor and its child
+            processes as soon as run() returns, so under load wandb-core died first and the
+            offline run file lost every record it held (a trial's whole history, seen in CI).
+            `wandb.teardown()` waits for wandb-core to close its runs and exit."""
+            try:
+                super().run()
+            finally:
+                self._wandb.teardown()
+
+    return EpochActor
+
+
+def wandb_callback(actor: type) -> type:
+    """Ray's WandbLoggerCallback with `actor` as its logging actor class (the class
+    attribute `_logger_actor_cls`)."""
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    class Callback(WandbLoggerCallback):
+        _logger_actor_cls = actor
+
+    return Callback
+
+
+def wandb_start_actor(callback, trial, **wandb_init_kwargs) -> None:
+    """Start a trial's logging actor with these wandb.init arguments (none of the results'
+    keys left out): `WandbLoggerCallback._start_logging_actor(trial, exclude_results, **kw)`."""
+    callback._start_logging_actor(trial, [], **wandb_init_kwargs)
+
+
+def wandb_stop_actors(callback, upload_timeout_s: float) -> None:
+    """Tell every logging actor still open to finish its run, and wait at most
+    `upload_timeout_s` for them at the experiment's end: the callback's open actors are the
+    keys of `_trial_logging_futures`, `_signal_logging_actor_stop(trial)` queues a trial's
+    END, and `_upload_timeout` bounds the wait in on_experiment_end."""
+    for trial in list(callback._trial_logging_futures):
+        callback._signal_logging_actor_stop(trial)
+    callback._upload_timeout = min(callback._upload_timeout, upload_timeout_s)
+
+
+# -- MLflow: one nested run per trial through Ray's callback -----------------------------------
+
+def mlflow_util(callback):
+    """Ray's MLflow helper of an MLflowLoggerCallback (`mlflow_util`, a
+    ray.air._internal.mlflow._MLflowLoggerUtil, set up in the callback's setup()): used for
+    `experiment_id`, `start_run(run_name=, tags=)`, `log_params(run_id=, params_to_log=)` and
+    `end_run(run_id=, status=)`."""
+    return callback.mlflow_util
+
+
+def mlflow_client(callback):
+    """The MlflowClient of the callback's tracking store: `mlflow_util._get_client()`."""
+    return callback.mlflow_util._get_client()
+
+
+def mlflow_trial_runs(callback) -> dict:
+    """Trial -> MLflow run id, the callback's own map (`_trial_runs`, made in setup()): Ray's
+    log_trial_result/log_trial_end find a trial's run there."""
+    return callback._trial_runs
+
+
+# -- the cluster launcher's config check (tests/test_cluster_yaml.py) --------------------------
+
+def check_cluster_config(config: dict) -> dict:
+    """cluster.yaml as `ray up` checks it, offline: Ray's AWS defaults merged in
+    (ray.autoscaler._private.util.prepare_config), then its schema and rules
+    (validate_config, raising on a fault). Returns the prepared config."""
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    prepared = prepare_config(config)
+    validate_config(prepared)
+    return prepared

@@ -1,0 +1,93 @@
+"""A sweep stopped by SIGTERM or SIGINT: Tune saves its state, the driver takes its Ray down
+and says how to resume."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sweeps import ray_private
+
+if TYPE_CHECKING:
+    from sweeps.cli import SweepArgs
+
+
+class QuietUnstarted(logging.Filter):
+    """Tune warns once per trial that has no results yet (a resumed or a stopped sweep: 100+
+    lines for a Table 1 grid, above our own line on what finished and how to continue).
+    While active (`when()` true), that one warning is dropped; every other record passes."""
+
+    LOGGER = ray_private.UNSTARTED_LOGGER
+    MESSAGE = ray_private.UNSTARTED_MESSAGE
+
+    def __init__(self, when: Callable[[], bool] = lambda: True) -> None:
+        super().__init__()
+        self.when = when
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.when() and self.MESSAGE in record.getMessage())
+
+    def __enter__(self) -> QuietUnstarted:
+        logging.getLogger(self.LOGGER).addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger(self.LOGGER).removeFilter(self)
+
+
+class StopSignals:
+    """SIGTERM (`timeout`, a batch scheduler, `kill`) and SIGINT (Ctrl-C) during a sweep: Tune
+    stops the trials and saves its state (ray_private.ask_tune_to_stop), then the driver
+    shuts down the Ray it started and says how to resume. Without this, SIGTERM killed the
+    driver alone and left its trial workers training. A second signal stops at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._before: dict[int, object] = {}
+        self._quiet = QuietUnstarted(lambda: self.received is not None)
+
+    def __enter__(self) -> StopSignals:
+        # Tune's own SIGINT handler would hide a Ctrl-C from us; one path for both signals.
+        self._env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        for sig in self.SIGNALS:
+            self._before[sig] = signal.signal(sig, self._handle)
+        self._quiet.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._quiet.__exit__()
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        if self._env is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = self._env
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.received is not None or not ray_private.tune_listens_for_stop():
+            # A second signal, or one before Tune's loop is listening: stop now.
+            self.received = signum
+            raise KeyboardInterrupt
+        self.received = signum
+        print(f"{signal.Signals(signum).name} received: stopping the trials and saving the "
+              f"sweep's state (send it again to stop at once)", file=sys.stderr, flush=True)
+        ray_private.ask_tune_to_stop()  # Tune ends the run after this step
+
+    def exit(self, args: SweepArgs) -> None:
+        import ray
+
+        ray.shutdown()  # the trial workers and, for a local Ray, the Ray this driver started
+        command = " ".join(sys.argv)
+        if "--resume" not in sys.argv:
+            command += " --resume"
+        print(f"stopped by {signal.Signals(self.received).name}; the finished epochs are "
+              f"saved in {args.out}. Continue with: python {command}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(128 + int(self.received))
