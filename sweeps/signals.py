@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable
@@ -84,10 +85,32 @@ class StopSignals:
         import ray
 
         ray.shutdown()  # the trial workers and, for a local Ray, the Ray this driver started
-        command = " ".join(sys.argv)
-        if "--resume" not in sys.argv:
-            command += " --resume"
+        command = resume_command(sys.argv)
         print(f"stopped by {signal.Signals(self.received).name}; the finished epochs are "
               f"saved in {args.out}. Continue with: python {command}", file=sys.stderr,
               flush=True)
         raise SystemExit(128 + int(self.received))
+
+
+# Flags a --resume cannot be given with: --done starts a new run (a resumed one reads the rows
+# --done took from OUT), --overwrite would discard what the resume continues.
+_NOT_WITH_RESUME = {"--done": True, "--overwrite": False}  # flag -> takes a value
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command that continues the sweep `argv` ran: the same flags, without those a
+    --resume refuses, plus --resume."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in _NOT_WITH_RESUME:
+            skip = _NOT_WITH_RESUME[name] and "=" not in arg
+            continue
+        out.append(arg)
+    if "--resume" not in out:
+        out.append("--resume")
+    return " ".join(shlex.quote(a) for a in out)
