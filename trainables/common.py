@@ -28,6 +28,7 @@ from ray import tune
 
 from unbiased.data import Benchmark
 from unbiased.methods import DEFAULT_METHOD, make_method
+from unbiased.settings import TrialSettings
 from unbiased.stopping import (
     CRITERION,
     SELECT_EPOCH_RULES,
@@ -120,6 +121,10 @@ def set_deterministic(device: torch.device) -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
+# The values a trial takes for settings its config lacks (one source: unbiased/settings.py).
+_TRIAL = TrialSettings()
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a trial does, read from its config once: how long, which seed, how often MI is
@@ -138,14 +143,14 @@ class Plan:
 
     @classmethod
     def of(cls, config: dict) -> Plan:
-        select = str(config.get("select_epoch", "last"))
+        select = str(config.get("select_epoch", _TRIAL.select_epoch))
         if select not in SELECT_EPOCH_RULES:
             raise ValueError(f"select_epoch must be one of {SELECT_EPOCH_RULES}, got {select!r}")
         fail_at = config.get("fail_once_at_epoch")
         return cls(epochs=int(config["epochs"]), seed=int(config["seed"]),
                    method=str(config.get("method", DEFAULT_METHOD)), select=select,
-                   mi_steps=int(config.get("mi_eval_steps", 2000)),
-                   every=int(config.get("mi_eval_every", 1)),
+                   mi_steps=int(config.get("mi_eval_steps", _TRIAL.mi_eval_steps)),
+                   every=int(config.get("mi_eval_every", _TRIAL.mi_eval_every)),
                    fail_at=None if fail_at is None else int(fail_at))
 
     def for_lam(self, lam: float) -> Plan:
@@ -314,7 +319,7 @@ def trial_device(config: dict) -> torch.device | None:
     """The trial's device; None when it cannot have the one it was given, which is then
     reported, not raised: Tune would retry a raised error max_failures times."""
     try:
-        return pick_device(str(config.get("device", "auto")), trial_gpu_ids())
+        return pick_device(str(config.get("device", _TRIAL.device)), trial_gpu_ids())
     except DeviceError as exc:
         print(f"error: {exc}", flush=True)
         tune.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
