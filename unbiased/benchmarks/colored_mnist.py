@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unbiased.benchmarks.digits import PAPER_SIGMAS  # noqa: F401  (re-exported)
 from unbiased.data import Benchmark, DataError, TensorSplit
 from unbiased.models import LeNetFeatures
 
