@@ -27,15 +27,36 @@ import pandas as pd
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# One trial: its method, K (0 for methods without one, as in results.parquet) and data point.
-TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]
+# One trial: its method, K (0 for methods without one, as in results.parquet), lam, seed, and
+# its data point: the values of the axes below that its rows hold.
+POINT_KEYS = ["method", "K", "lam", "seed"]
 # Grid axes some sweeps add (sweeps/critic_ablation.py): part of a trial's key where present.
 AXIS_KEYS = ["mine_standardize", "mi_guard"]
+# The CSV's leading columns, as every export so far wrote them (digits' sigma among them).
+TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]
 COLUMNS = [*TRIAL_KEYS, "epoch", "train_acc", "test_acc", "mi", "penalty",
            "mi_eval", "mi_eval_cond", "mi_floor", "mi_floor_cond", "time_s", "epoch_s",
            "selected_epoch", "selected_mi_eval", "selected_mi_eval_cond",
            # what `--done` needs to take a trial over: its id, status and full config
            "trial_id", "status", "config"]
+
+
+def data_axes() -> list[str]:
+    """Every registered benchmark's data axes: sigma, rho, ..."""
+    from unbiased.benchmarks import BENCHMARKS, benchmark_spec
+
+    return list(dict.fromkeys(a for name in BENCHMARKS for a in benchmark_spec(name).data_axes))
+
+
+def trial_keys(df: pd.DataFrame) -> list[str]:
+    """The columns that tell one trial of DF from another, in the CSV's sort order: method, K,
+    the data axes, lam, seed, the ablations' axes; an axis only where every row of DF holds a
+    value of it (digits' sigma is empty in Biased MNIST's rows)."""
+    def has(k: str) -> bool:
+        return k in df.columns and bool(df[k].notna().all())
+
+    order = ["method", "K", *data_axes(), "lam", "seed", *AXIS_KEYS]
+    return [k for k in order if has(k) or (k in POINT_KEYS and k in df.columns)]
 
 
 def from_tune(out: Path) -> pd.DataFrame:
@@ -48,8 +69,8 @@ def from_tune(out: Path) -> pd.DataFrame:
             if line.strip():
                 result = json.loads(line)
                 config = flat_config(result.get("config") or {})
-                axes = {k: config[k] for k in AXIS_KEYS if k in result.get("config", {})
-                        .get("point", {})}
+                # The grid point's own keys (sigma, rho, a critic's options, ...).
+                axes = {k: config[k] for k in result.get("config", {}).get("point", {})}
                 rows.append({**{k: config.get(k) for k in (*TRIAL_KEYS, "palette", "stroke",
                                                             "lr", "batch_size")}, **axes,
                              **result,
@@ -64,8 +85,16 @@ def from_tune(out: Path) -> pd.DataFrame:
 
 def _trial_key(row: pd.Series, keys: list[str]) -> tuple:
     """A trial's key, with numbers rounded so that 0.03 read back from a CSV is 0.03."""
-    return tuple(str(row[k]) if k == "method" or k in AXIS_KEYS else round(float(row[k]), 9)
-                 for k in keys)
+    return tuple(_key_value(k, row[k]) for k in keys)
+
+
+def _key_value(key: str, value: object) -> object:
+    if key == "method" or key in AXIS_KEYS:
+        return str(value)
+    try:
+        return round(float(value), 9)
+    except (TypeError, ValueError):  # a named data point (IMDB's train_split)
+        return str(value)
 
 
 def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, int]:
@@ -100,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no epochs under {a.out}", file=sys.stderr)
         return 2
     # A trial restarted from a checkpoint reports its re-run epoch again: keep the last.
-    keys = [k for k in TRIAL_KEYS if k in df.columns]
-    keys += [k for k in AXIS_KEYS if k in df.columns and df[k].notna().all()]
+    keys = trial_keys(df)
     df = df.drop_duplicates([*keys, "epoch"], keep="last")
     from sweeps.results_frame import CONTRACT_COLUMNS, KEPT_COLUMNS
 

@@ -76,3 +76,21 @@ def test_exporting_part_of_a_grid_into_the_csv_keeps_its_other_trials(tmp_path, 
     # --replace: this run's rows alone
     out = _export(second, dest, "--replace", capsys=capsys)
     assert "4 epochs of 2 trials" in out and "kept" not in out
+
+
+def test_a_benchmark_without_sigma_keeps_one_trial_per_data_point(tmp_path, capsys):
+    # Biased MNIST's data axis is rho (the registry's data_axes), its rows have no sigma:
+    # two rho values at one (lam, seed) are two trials, from Tune's files and from
+    # results.parquet alike.
+    run = tmp_path / "run"
+    for rho, name in ((0.997, "a"), (0.999, "b")):
+        _trial(run, name, {"rho": rho, "lam": 1.0, "seed": 0, "method": "mi_backprop",
+                           "K": 80}, [1, 2])
+    out = _export(run, tmp_path / "tune.csv", capsys=capsys)
+    assert "4 epochs of 2 trials" in out
+    rows = pd.read_csv(tmp_path / "tune.csv")
+    assert rows.groupby("rho")["epoch"].nunique().to_dict() == {0.997: 2, 0.999: 2}
+
+    rows.assign(sigma=float("nan")).to_parquet(run / "results.parquet")
+    out = _export(run, tmp_path / "parquet.csv", capsys=capsys)
+    assert "4 epochs of 2 trials" in out
