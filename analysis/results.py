@@ -252,6 +252,9 @@ def estimator_failed(rows: pd.DataFrame) -> pd.Series:
     return failed
 
 
+CRITIC_WARNING = "own critic ran away"  # how critic_warning's text begins
+
+
 def critic_warning(trial: pd.DataFrame) -> str:
     """'' or why a trial's own critic cannot be trusted: its DV estimate ran far below 0."""
     if "mi" not in trial.columns:
@@ -261,7 +264,7 @@ def critic_warning(trial: pd.DataFrame) -> str:
         return ""
     worst = trial.loc[mi.idxmin()]
     first = int(trial.loc[mi < RUNAWAY_NATS, "epoch"].min())
-    return (f"own critic ran away: its mi fell below {RUNAWAY_NATS:g} nats from epoch "
+    return (f"{CRITIC_WARNING}: its mi fell below {RUNAWAY_NATS:g} nats from epoch "
             f"{first} ({float(worst['mi']):.1f} at epoch {int(worst['epoch'])})")
 
 

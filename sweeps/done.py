@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.results import CRITIC_WARNING, OK_WARNING
 from sweeps.common import SweepError
 
 DONE_FILE = "done_epochs.csv"  # OUT/<this>: the rows taken from FILE, for --resume and export
@@ -108,6 +109,19 @@ def split_done(path: Path, rows: pd.DataFrame, points: list[dict], fixed: dict
     return todo, done
 
 
+def _selection_note(own: pd.DataFrame) -> str:
+    """The trial's stopping-rule note as its recorded status holds it ("ok; <warnings>"):
+    results.parquet keeps no note column, and without it a trial taken over would lose the
+    warning its own run gave. The critic's warning is left out: it is recomputed from mi."""
+    if "status" not in own.columns:
+        return ""
+    status = str(own["status"].iloc[-1])
+    if not status.startswith(OK_WARNING):
+        return ""
+    return "; ".join(w for w in status[len(OK_WARNING):].split("; ")
+                     if w and not w.startswith(CRITIC_WARNING))
+
+
 def done_trials(done: list[tuple[dict, pd.DataFrame]], fixed: dict
                 ) -> list[tuple[pd.DataFrame, dict, str]]:
     """Each finished trial as (its epoch rows, its flat config, its trial id), the form
@@ -122,5 +136,8 @@ def done_trials(done: list[tuple[dict, pd.DataFrame]], fixed: dict
             trial_id = "done_" + "_".join(f"{k}{v}" for k, v in sorted(point.items()))
         drop = {"config", "trial_id", "status", "K", *point}
         metrics = own.drop(columns=[c for c in own.columns if c in drop])
+        note = _selection_note(own)
+        if note and "selection_note" not in metrics.columns:
+            metrics = metrics.assign(selection_note=note)
         out.append((metrics.reset_index(drop=True), {**config, **point}, trial_id))
     return out

@@ -127,3 +127,24 @@ def test_a_stopped_done_run_resumes_with_the_rows_it_took_over(tmp_path):
     taken = df[df["lam"] == 0.0].sort_values("epoch")
     assert taken["test_acc"].round(6).tolist() == [0.5, 0.6]  # the CSV's, not a re-run
     assert taken["trial_id"].eq("abc_00000").all()
+
+
+def test_a_trial_taken_over_keeps_its_stopping_rules_warning(tmp_path):
+    # Its own run ended "ok; no epoch with a usable ...": the stopping rule's note lives only
+    # in that status, and the table's warning list must still show it after --done.
+    from sweeps.done import done_trials, read_done, split_done
+    from sweeps.results_frame import results_frame
+
+    note = ("no epoch with a usable mi_eval_cond (NaN or below its prediction floor): "
+            "last epoch")
+    rows = pd.read_csv(_rows(tmp_path / "e.csv", [1, 2]))
+    rows["status"] = "ok; " + note
+    rows.to_csv(tmp_path / "e.csv", index=False)
+    keys = ("method", "K", "sigma", "lam", "seed")
+    point = {"method": "mi_backprop", "K": 2, "sigma": 0.03, "lam": 0.0, "seed": 0}
+    todo, done = split_done(tmp_path / "e.csv", read_done(tmp_path / "e.csv", keys), [point],
+                            {"epochs": 2, "lr": 0.001})
+    assert todo == [] and len(done) == 1
+    df = results_frame([], "digits_grid", "digits", {"sigma": "sigma"},
+                       done=done_trials(done, {"epochs": 2}))
+    assert set(df["status"]) == {"ok; " + note}
