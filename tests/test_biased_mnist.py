@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.conftest import SMALL_NET
 from unbiased.benchmarks import biased_mnist as bm
 
 
@@ -141,7 +142,7 @@ def test_a_tiny_sweep_writes_biased_acc_and_the_published_rows(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "sweeps", "biased_mnist", "--preset", "quick", "--rho", "0.99",
-         "--epochs", "1", "--K", "2", "--mi-eval-steps", "20", "--out", str(out)],
+         "--epochs", "1", "--K", "2", "--mi-eval-steps", "20", *SMALL_NET, "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     df = pd.read_parquet(out / "results.parquet")

@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import SMALL_NET
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
 
@@ -170,7 +172,7 @@ def test_tiny_sweep_writes_the_results_contract(ray_local, tmp_path):
     out = tmp_path / "digits"
     rc = main(["--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs", "2", "--K", "2",
                "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu",
-               "--palette", "kim", "--stroke", "flat", "--out", str(out)])
+               "--palette", "kim", "--stroke", "flat", *SMALL_NET, "--out", str(out)])
     assert rc == 0
     df = pd.read_parquet(out / "results.parquet")
     for col in ["experiment", "trial_id", "benchmark", "method", "sigma", "lam", "K", "seed",

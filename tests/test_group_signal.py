@@ -17,15 +17,17 @@ import pandas as pd
 import pytest
 
 from sweeps.ray_private import driver_sessions, ray_temp_dir
+from tests.conftest import SMALL_NET
 from tests.processes import alive, descendants, with_text
 
 pytestmark = pytest.mark.ray  # every test runs a local sweep in a driver process
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
-# The quick preset, small: 2 trials side by side on 2 CPUs, seconds an epoch.
+# The quick preset, small: 2 trials side by side on 2 CPUs, seconds an epoch (the small net,
+# tests/conftest.py).
 ARGS = ["--sigma", "0.03", "--lam", "0,1", "--K", "2", "--epochs", "3", "--mi-eval-steps",
-        "50", "--device", "cpu"]
+        "50", "--device", "cpu", *SMALL_NET]
 # Unloaded, a stop takes ~11 s (Tune gives the trials up to 10 s); on a machine whose cores
 # are all busy elsewhere it took 6-16 s. Without the fix: 60 s and exit 1.
 STOP_S, STOP_LOADED_S = 15, 30

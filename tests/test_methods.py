@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import SMALL_NET_CONFIG
 from tests.fixtures.record_mi_backprop import CASES, recording_path, run
 from unbiased.methods import ERM, METHODS, TrainConfig, make_method, method_config
 from unbiased.methods.hsic import hsic
@@ -46,13 +47,13 @@ def test_mi_backprop_matches_its_recorded_metrics():
         assert not bad, (path.name, bad)
 
 
-def _tiny_bench(grey_digits, n_train=256, n_test=128):
+def _tiny_bench(grey_digits, n_train=256, n_test=128, width=64):
     from unbiased.benchmarks.colored_mnist import GreyDigits, build
 
     d = grey_digits
     digits = GreyDigits(d.train_x[:n_train], d.train_y[:n_train], d.test_x[:n_test],
                         d.test_y[:n_test], "mnist5k")
-    return build(digits, 0.02, seed=0)
+    return build(digits, 0.02, seed=0, width=width)
 
 
 VALUES = {"batch_size": 64, "lr": 1e-3, "mine_lr": 1e-3, "K": 2, "inner_z": "batch"}
@@ -84,7 +85,7 @@ def test_lam_zero_is_the_same_erm_under_every_method_and_K(grey_digits):
     # Each method draws from generators of its own (issue 20): at lam = 0, g and f see the
     # same batches in the same order as plain ERM, epoch after epoch, evaluation included.
     torch.set_num_threads(1)
-    bench = _tiny_bench(grey_digits)
+    bench = _tiny_bench(grey_digits, width=SMALL_NET_CONFIG["width"])  # equality, not learning
     hosts = {"erm": None, "mi_backprop K=2": ("mi_backprop", {"K": 2}),
              "mi_backprop K=5 fresh": ("mi_backprop", {"K": 5, "inner_z": "fresh"}),
              "mi_backprop K=3 bank pool": ("mi_backprop", {"K": 3, "inner_z": "bank",

@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import SMALL_NET
 from tests.processes import descendants
 
 # `ray start` nodes with a --temp-dir of their own (conftest's RAY_TMPDIR check cannot see them)
@@ -131,7 +132,8 @@ def test_digits_grid_spreads_trials_over_two_nodes(two_nodes, tmp_path):
         [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address", two_nodes.address,
          "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs", "1", "--K", "2",
          "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu",
-         "--cpus-per-trial", "1", "--storage-path", str(storage), "--out", str(out)],
+         "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", str(storage), "--out",
+         str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
     df = pd.read_parquet(out / "results.parquet")
@@ -161,14 +163,17 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
     restarts that trial from its last checkpoint on the head; every epoch is recorded once."""
     storage = tmp_path / "shared"
     out = tmp_path / "out"
-    epochs = 4
+    # The small net's epochs are short (~2 s idle): 8 of them leave the faster trial 7 epochs
+    # of slack to still be running when the slower one has reported its first.
+    epochs = 8
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     driver = subprocess.Popen(
         [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address",
          two_nodes.address, "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs",
          str(epochs), "--K", "2", "--batch-size", "256", "--mi-eval-steps", "30", "--device",
-         "cpu", "--cpus-per-trial", "1", "--storage-path", str(storage), "--out", str(out)],
+         "cpu", "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", str(storage), "--out",
+         str(out)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
     experiment = storage / out.name / "digits_grid"

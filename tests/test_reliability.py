@@ -17,12 +17,14 @@ import pyarrow.parquet as pq
 import pytest
 from ray import tune
 
+from tests.conftest import SMALL_NET
 from tests.processes import alive, descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
+# Its trials check the sweep machinery, not learning: the small net (tests/conftest.py).
 TINY = ["--sigma", "0.03", "--seeds", "0", "--K", "2", "--batch-size", "256",
-        "--mi-eval-steps", "20", "--device", "cpu", "--cpus-per-trial", "1"]
+        "--mi-eval-steps", "20", "--device", "cpu", "--cpus-per-trial", "1", *SMALL_NET]
 
 
 def _driver(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:

@@ -18,10 +18,13 @@ import pytest
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install -e '.[mlflow]'")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from tests.conftest import SMALL_NET  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
+# What is logged, not how well it learns: the small net (tests/conftest.py).
 TINY = ["--sigma", "0.03", "--seeds", "0", "--K", "2", "--batch-size", "256",
-        "--mi-eval-steps", "20", "--device", "cpu", "--cpus-per-trial", "1"]
+        "--mi-eval-steps", "20", "--device", "cpu", "--cpus-per-trial", "1", *SMALL_NET]
 
 
 def _driver(*args: str, env: dict | None = None, timeout: int = 300
