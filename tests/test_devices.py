@@ -12,6 +12,7 @@ import torch
 from ray import tune
 
 from sweeps.presets import DIGITS, IMDB, K_ABLATION, LAMBDA_SEARCH
+from tests.drivers import Ran, run_main
 from trainables.common import DeviceError, pick_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,9 +24,21 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine 
                                    ["--preset", "paper", "--root", str(ROOT)]])
 def test_a_local_gpu_sweep_without_cuda_is_one_line_before_ray(flags, tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), *flags,
-                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    proc = run_main("digits_grid", *flags, "--out", str(out))  # in this process: no Ray
+    _is_the_no_cuda_line(proc, out)
+
+
+@NO_CUDA
+def test_from_the_shell_the_no_cuda_line_is_all_of_stderr(tmp_path):
+    # As a process: nothing else on stderr (a warning of torch's CUDA probe would show here).
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "sweeps" / "digits_grid.py"),
+                           "--device", "cuda", "--out", str(out)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    _is_the_no_cuda_line(proc, out)
+
+
+def _is_the_no_cuda_line(proc: Ran | subprocess.CompletedProcess, out: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr

@@ -11,14 +11,15 @@ import pandas as pd
 import pytest
 
 from tests.conftest import SMALL_NET
+from tests.drivers import Ran, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(DRIVER), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+def _run(*args: str) -> Ran:
+    """The driver's checks before Ray, in this process (tests/drivers.py)."""
+    return run_main("digits_grid", *args)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -55,6 +56,20 @@ def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
     if "must be" in needle or "read only" in needle:
         # nothing else on stderr: no Ray start, no trial tracebacks
         assert len(lines) == 1 and lines[0].startswith("error: ")
+
+
+def test_a_bad_flag_from_the_shell_is_one_line_and_exit_2(tmp_path):
+    # The process the shell sees: exit status 2, and on stderr the error line alone (argparse's
+    # usage before its own), no warning or log line; the other checks run in this process.
+    for args, first, needle in [(["--batch-size", "1"], "error: ", "batch_size must be >= 2"),
+                                (["--sigma", "1.5"], "usage: ", "--sigma")]:
+        proc = subprocess.run([sys.executable, str(DRIVER), *args, "--out", str(tmp_path / "o")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert lines[0].startswith(first) and needle in lines[-1], proc.stderr
+        assert sum("error" in line for line in lines) == 1, proc.stderr
+        assert not proc.stdout and not (tmp_path / "o").exists()
 
 
 def test_existing_results_are_not_overwritten_without_a_flag(tmp_path):
@@ -210,7 +225,10 @@ def test_unreachable_address_fails_fast_with_one_line(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = _run("--address", f"127.0.0.1:{port}", "--out", str(tmp_path / "out"))
+    # As a process: in this one a Ray started by an earlier test would be joined instead.
+    proc = subprocess.run([sys.executable, str(DRIVER), "--address", f"127.0.0.1:{port}",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
     assert proc.returncode == 2
     assert "cannot connect to Ray at --address" in proc.stderr.strip().splitlines()[-1]
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()

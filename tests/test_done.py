@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.test_reliability import TINY, _driver, _one_line_error, sigterm_after
+from tests.test_reliability import TINY, _in_process, _one_line_error, sigterm_after
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = [*TINY, "--lam", "0,1", "--epochs", "2", "--lr", "0.001"]
@@ -37,7 +37,7 @@ def _rows(path: Path, epochs: list[int], lr: float = 0.001) -> Path:
 
 
 def test_finished_trials_are_left_out_before_anything_starts(tmp_path):
-    proc = _driver(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2])), "--dry-run",
+    proc = _in_process(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2])), "--dry-run",
                    "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     assert "1 trials" in proc.stdout.splitlines()[0]
@@ -48,7 +48,7 @@ def test_finished_trials_are_left_out_before_anything_starts(tmp_path):
 
 
 def test_a_trial_with_epochs_missing_runs_again(tmp_path):
-    proc = _driver(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1])), "--dry-run",
+    proc = _in_process(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1])), "--dry-run",
                    "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     assert "0 of 2 trials finished in" in proc.stdout
@@ -56,24 +56,24 @@ def test_a_trial_with_epochs_missing_runs_again(tmp_path):
 
 
 def test_rows_of_another_grid_are_refused_in_one_line(tmp_path):
-    proc = _driver(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2], lr=0.01)),
+    proc = _in_process(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2], lr=0.01)),
                    "--out", str(tmp_path / "out"))
     _one_line_error(proc, "ran with lr=0.01, this sweep has lr=0.001")
     assert not (tmp_path / "out").exists()
 
 
 def test_bad_done_flags_are_one_line(tmp_path):
-    _one_line_error(_driver(*GRID, "--done", str(tmp_path / "nope.csv")), "is not a file")
-    _one_line_error(_driver(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2])),
+    _one_line_error(_in_process(*GRID, "--done", str(tmp_path / "nope.csv")), "is not a file")
+    _one_line_error(_in_process(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2])),
                             "--resume", "--out", str(tmp_path / "out")),
                     "--resume continues")
     (tmp_path / "bad.csv").write_text("sigma,lam\n0.03,0\n")
-    _one_line_error(_driver(*GRID, "--done", str(tmp_path / "bad.csv")), "no column method")
+    _one_line_error(_in_process(*GRID, "--done", str(tmp_path / "bad.csv")), "no column method")
 
 
-def test_a_grid_continued_from_exported_rows_equals_one_run(tmp_path):
+def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path):
     # First machine: the whole grid (2 trials). Its export is what a session commits.
-    first = _driver(*GRID, "--out", str(tmp_path / "a"), timeout=400)
+    first = _in_process(*GRID, "--out", str(tmp_path / "a"))
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     exported = _export(tmp_path / "a", tmp_path / "a.csv")
     assert {"config", "trial_id", "status"} <= set(exported.columns)
@@ -81,8 +81,7 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(tmp_path):
     cut = exported[~((exported["lam"] == 1.0) & (exported["epoch"] == 2))]
     cut.to_csv(tmp_path / "cut.csv", index=False)
 
-    second = _driver(*GRID, "--done", str(tmp_path / "cut.csv"), "--out", str(tmp_path / "b"),
-                     timeout=400)
+    second = _in_process(*GRID, "--done", str(tmp_path / "cut.csv"), "--out", str(tmp_path / "b"))
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert "1 of 2 trials finished in" in second.stdout
     ran = set(re.findall(r"lam=(\S+) K=2 seed=0: epoch", second.stdout))
@@ -103,8 +102,7 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(tmp_path):
     # Its export holds both trials (the one taken over too), so a third machine runs nothing.
     again = _export(tmp_path / "b", tmp_path / "b.csv")
     assert again.groupby("lam")["epoch"].nunique().to_dict() == {0.0: 2, 1.0: 2}
-    third = _driver(*GRID, "--done", str(tmp_path / "b.csv"), "--out", str(tmp_path / "c"),
-                    timeout=400)
+    third = _in_process(*GRID, "--done", str(tmp_path / "b.csv"), "--out", str(tmp_path / "c"))
     assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
     assert "2 of 2 trials finished in" in third.stdout and "epoch 1/2" not in third.stdout
     assert "TensorBoard" not in third.stdout  # no Tune run: no event files to point at
@@ -113,13 +111,13 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(tmp_path):
                                    whole["test_acc"].reset_index(drop=True), rtol=1e-12)
 
 
-def test_a_stopped_done_run_resumes_with_the_rows_it_took_over(tmp_path):
+def test_a_stopped_done_run_resumes_with_the_rows_it_took_over(ray_local, tmp_path):
     out = tmp_path / "out"
     args = [*GRID, "--lam", "0,0.5,1", "--cpus-per-trial", "2", "--out", str(out)]
     returncode, rest = sigterm_after([*args, "--done", str(_rows(tmp_path / "e.csv", [1, 2]))],
                                      "epoch 1/2")
     assert returncode == 128 + signal.SIGTERM, rest[-2000:]
-    resumed = _driver(*args, "--resume", timeout=400)
+    resumed = _in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert f"1 of 3 trials finished in {out / 'done_epochs.csv'}" in resumed.stdout
     df = pd.read_parquet(out / "results.parquet")

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.drivers import Ran, run_main
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "german_grid.py"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(DRIVER), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+def _run(*args: str) -> Ran:
+    """The driver's checks before Ray, in this process (tests/drivers.py)."""
+    return run_main("german_grid", *args)
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.drivers import Ran, run_main
 from unbiased.benchmarks import imdb
 from unbiased.data import DataError, LoaderSplit
 
@@ -298,9 +297,9 @@ def test_one_epoch_trial_reports_the_imdb_metrics(ray_local, index, tmp_path):
     assert math.isfinite(m["mi"]) and math.isfinite(m["mi_eval"])
 
 
-def _driver(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "sweeps" / "imdb_grid.py"), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+def _driver(*args: str) -> Ran:
+    """The IMDB driver up to where Ray would start, in this process (tests/drivers.py)."""
+    return run_main("imdb_grid", *args)
 
 
 def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from ray import tune
 
 from tests.conftest import SMALL_NET
+from tests.drivers import Ran, run_main
 from tests.processes import alive, descendants
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +31,13 @@ TINY = ["--sigma", "0.03", "--seeds", "0", "--K", "2", "--batch-size", "256",
 def _driver(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(DRIVER), *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout)
+
+
+def _in_process(*args: str) -> Ran:
+    """The digits driver in this process (tests/drivers.py): its checks before Ray, or, in a
+    test with the `ray_local` fixture, a whole sweep on the session's Ray (no Python or Ray
+    start of its own: ~20 s of CPU saved a run). Stops by signal stay processes."""
+    return run_main("digits_grid", *args)
 
 
 def _start_driver(args: list[str]) -> subprocess.Popen:
@@ -59,7 +67,7 @@ def sigterm_after(args: list[str], needle: str) -> tuple[int, str]:
     return proc.returncode, rest
 
 
-def _one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
+def _one_line_error(proc: Ran | subprocess.CompletedProcess, needle: str) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert needle in proc.stderr.strip().splitlines()[-1]
@@ -68,13 +76,12 @@ def _one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
 # -- bad input: one line, exit 2, nothing written ---------------------------------------------
 
 def test_unknown_benchmark_is_one_line():
-    proc = subprocess.run([sys.executable, "-m", "sweeps", "mnist-c"], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60)
+    proc = run_main("__main__", "mnist-c")
     _one_line_error(proc, "unknown benchmark 'mnist-c'")
 
 
 def test_data_root_that_does_not_exist(tmp_path):
-    proc = _driver("--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
+    proc = _in_process("--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
     _one_line_error(proc, "--root")
     assert not (tmp_path / "out").exists() and not (tmp_path / "nowhere").exists()
 
@@ -86,7 +93,7 @@ def test_corrupt_mnist_files(tmp_path):
                  "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
         (raw / name).write_bytes(b"not an idx file")
     # On the CPU: without CUDA the paper preset's GPU would be refused first.
-    proc = _driver("--preset", "paper", "--device", "cpu", "--gpus-per-trial", "0", "--root",
+    proc = _in_process("--preset", "paper", "--device", "cpu", "--gpus-per-trial", "0", "--root",
                    str(tmp_path), "--out", str(tmp_path / "o"))
     _one_line_error(proc, "MNIST")
     assert not (tmp_path / "o").exists()
@@ -95,9 +102,7 @@ def test_corrupt_mnist_files(tmp_path):
 def test_corrupt_german_file(tmp_path):
     bad = tmp_path / "german.data"
     bad.write_text("A11 6 A34\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "sweeps" / "german_grid.py"), "--root",
-                           str(bad), "--out", str(tmp_path / "o")], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60)
+    proc = run_main("german_grid", "--root", str(bad), "--out", str(tmp_path / "o"))
     _one_line_error(proc, "line 1")
     assert not (tmp_path / "o").exists()
 
@@ -105,7 +110,7 @@ def test_corrupt_german_file(tmp_path):
 def test_unwritable_out(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    proc = _driver("--out", str(blocker / "out"))
+    proc = _in_process("--out", str(blocker / "out"))
     _one_line_error(proc, "not writable")
 
 
@@ -114,8 +119,8 @@ def test_results_of_another_experiment_are_refused_even_with_resume(tmp_path):
     out.mkdir()
     marker = out / "experiment.json"
     marker.write_text(json.dumps({"experiment": "german_grid"}))
-    _one_line_error(_driver("--out", str(out)), "--resume")
-    _one_line_error(_driver("--out", str(out), "--resume"), "german_grid")
+    _one_line_error(_in_process("--out", str(out)), "--resume")
+    _one_line_error(_in_process("--out", str(out), "--resume"), "german_grid")
     assert json.loads(marker.read_text()) == {"experiment": "german_grid"}
     assert sorted(p.name for p in out.iterdir()) == ["experiment.json"]
 
@@ -284,11 +289,11 @@ def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
     out = tmp_path / "out"
     path = next(iter(_killed_experiment(out / "tune", None)))
     cut = path.read_bytes()
-    env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "no_ray_here")}
-    proc = subprocess.run([sys.executable, str(DRIVER), *TINY, "--out", str(out), "--resume"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    # In this process, with RAY_TMPDIR a fresh directory (no staging copies to repair from);
+    # a Ray started here would fail the test (tests/conftest.py: _no_ray_unless_marked).
+    proc = _in_process(*TINY, "--out", str(out), "--resume")
     _one_line_error(proc, "is cut off")
-    assert "--overwrite" in proc.stderr and "Started a local Ray" not in proc.stderr
+    assert "--overwrite" in proc.stderr
     assert path.read_bytes() == cut
 
 
@@ -421,7 +426,7 @@ def test_saved_trials_are_put_back_in_the_grids_order(tmp_path):
     assert not order_saved_trials(str(tmp_path))  # already in order: nothing rewritten
 
 
-def test_a_resumed_grid_goes_on_in_the_grids_order(tmp_path):
+def test_a_resumed_grid_goes_on_in_the_grids_order(ray_local, tmp_path):
     # One trial at a time (2 CPUs each), stopped during the first; the resumed run must
     # finish the rest in the grid's order (seed by seed), not in the order Tune saved them.
     out = tmp_path / "out"
@@ -429,7 +434,7 @@ def test_a_resumed_grid_goes_on_in_the_grids_order(tmp_path):
             "--cpus-per-trial", "2", "--out", str(out)]
     returncode, first = sigterm_after(args, "epoch 1/2")
     assert returncode == 128 + signal.SIGTERM, first[-2000:]
-    resumed = _driver(*args, "--resume", timeout=400)
+    resumed = _in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     finished = re.findall(r"finished \d+/6: (.*)", first + resumed.stdout)
     grid = [f"method=mi_backprop sigma=0.03 lam={lam} K=2 seed={seed}"

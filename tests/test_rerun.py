@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from tests.conftest import SMALL_NET
+from tests.drivers import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 # The re-run takes the source's recorded config, the small net (tests/conftest.py) with it.
@@ -63,14 +62,12 @@ def test_rerun_runs_each_rules_pick_on_the_new_seeds_with_the_source_config(ray_
 
 
 def test_rerun_of_a_directory_without_a_sweep_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sweeps", "rerun", str(tmp_path), "--seeds",
-                           "1"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = run_main("__main__", "rerun", str(tmp_path), "--seeds", "1")  # tests/drivers.py
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "experiment.json" in lines[0]
 
 
 def test_rerun_help():
-    proc = subprocess.run([sys.executable, "-m", "sweeps", "rerun", "--help"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = run_main("__main__", "rerun", "--help")
     assert proc.returncode == 0 and "--seeds" in proc.stdout and "source" in proc.stdout

@@ -19,6 +19,7 @@ mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install -e 
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from tests.conftest import SMALL_NET  # noqa: E402
+from tests.drivers import run_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
@@ -227,6 +228,6 @@ def test_without_the_extra_the_tracker_flag_is_one_line_before_ray(module, track
 
 
 def test_tracking_uri_without_the_tracker_is_refused(tmp_path):
-    proc = _driver("--tracking-uri", "http://127.0.0.1:1", "--out", str(tmp_path / "o"),
-                   timeout=120)
+    proc = run_main("digits_grid", "--tracking-uri", "http://127.0.0.1:1", "--out",
+                    str(tmp_path / "o"))  # in this process (tests/drivers.py)
     assert proc.returncode == 2 and "--tracking-uri" in proc.stderr.strip().splitlines()[-1]

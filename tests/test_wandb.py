@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("wandb", reason="the wandb extra: pip install -e '.[wandb]'")
 
 from sweeps.trackers.wandb_runs import offline_history, offline_records  # noqa: E402
-from tests.test_tracking import ROOT, TINY, _driver  # noqa: E402
+from tests.drivers import run_main  # noqa: E402
+from tests.test_tracking import ROOT, TINY  # noqa: E402
 
 
 def runs_of(out: Path) -> dict[str, dict[int, dict[str, float]]]:
@@ -79,7 +80,7 @@ def test_sweep_logs_one_offline_run_per_trial_and_a_summary(ray_local, tmp_path,
     (["--tracker", "neptune"], "unknown tracker"),
 ])
 def test_tracker_flags_are_checked_before_ray(args, needle, tmp_path):
-    proc = _driver(*args, "--out", str(tmp_path / "o"), timeout=120)
+    proc = run_main("digits_grid", *args, "--out", str(tmp_path / "o"))  # tests/drivers.py
     assert proc.returncode == 2 and needle in proc.stderr.strip().splitlines()[-1]
 
 

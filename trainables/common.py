@@ -13,9 +13,11 @@ under "selected").
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -326,11 +328,30 @@ def trial_device(config: dict) -> torch.device | None:
         return None
 
 
+_SIGTERM_IGNORED_AT_EXIT = False
+
+
+def ignore_sigterm_at_exit() -> None:
+    """Once this worker's interpreter exits, ignore SIGTERM. The raylet SIGTERMs an actor's
+    worker as soon as it disconnects (a finished or stopped trial) and SIGKILLs it 200 ms
+    later; a SIGTERM landing in the interpreter's teardown made Ray's handler raise
+    SystemExit inside a weakref callback, and its traceback reached the driver's output
+    ("Exception ignored in ... SystemExit: 1") after trials ended and on a stopped sweep.
+    The worker is exiting anyway: the SIGKILL still comes."""
+    global _SIGTERM_IGNORED_AT_EXIT
+    if not _SIGTERM_IGNORED_AT_EXIT:
+        # atexit runs its handlers in the main thread, where signal.signal is allowed, and
+        # before the teardown of modules and weak references.
+        atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
+        _SIGTERM_IGNORED_AT_EXIT = True
+
+
 def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     """Train one trial under Tune. `build(config)` returns the benchmark (on CPU)."""
     # Tune logs every checkpoint at INFO from the worker; the driver prints progress itself.
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    ignore_sigterm_at_exit()
     config = trial_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))

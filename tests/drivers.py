@@ -1,0 +1,44 @@
+"""A sweep driver's `main` called in the test's own process, for the checks that end before
+any Ray or trial starts: bad flags, `--help`, `--dry-run`, refused OUT or data.
+
+A driver started as a process spends ~5 s importing torch, pandas and matplotlib before it
+reads a flag; seventy such checks took a quarter of the suite. In this process those imports
+are done once. What a process adds (the exit status the shell sees, a stray warning or log
+line on stderr) is checked by one command-line test per contract (test_digits_grid.py's
+`test_a_bad_flag_from_the_shell_is_one_line_and_exit_2`, test_flags.py's `-m sweeps` one).
+A check that starts Ray here anyway fails: such a test is not marked `ray`
+(tests/conftest.py: `_no_ray_unless_marked`)."""
+
+from __future__ import annotations
+
+import importlib
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+
+
+@dataclass
+class Ran:
+    """What `subprocess.run(..., capture_output=True, text=True)` gives, for a call."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_main(module: str, *argv: str) -> Ran:
+    """`python -m sweeps.MODULE ARGV...` in this process: its exit status and output. An
+    exception other than SystemExit propagates (a traceback: the test fails)."""
+    main = importlib.import_module(f"sweeps.{module}").main
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = exc.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # SystemExit("message"): printed, status 1
+        err.write(f"{code}\n")
+        code = 1
+    return Ran(code, out.getvalue(), err.getvalue())
