@@ -22,6 +22,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -120,6 +122,23 @@ def _no_ray_unless_marked(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
         where = f"in a process it ran ({sessions[0]})" if sessions else "in this process"
         pytest.fail(f"this test started Ray {where} but is not marked `ray`: {_MARK_IT}",
                     pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def checked_at_the_end():
+    """`add(what, done, deadline)`: a check whose answer comes by itself, late (a process
+    that ends on its own within a minute), made once the session's other tests have run,
+    not waited for in the test. Fails the session (an error at teardown) if `done()` is
+    still false at `deadline` (time.time())."""
+    pending: list[tuple[str, Callable[[], bool], float]] = []
+    yield lambda what, done, deadline: pending.append((what, done, deadline))
+    late = []
+    for what, done, deadline in pending:
+        while not done() and time.time() < deadline:
+            time.sleep(0.5)
+        if not done():
+            late.append(what)
+    assert not late, late
 
 
 @pytest.fixture(scope="session")
