@@ -1,8 +1,9 @@
-"""A sweep driver's `main` called in the test's own process, for the checks that end before
-any Ray or trial starts: bad flags, `--help`, `--dry-run`, refused OUT or data.
+"""A sweep driver's `main` called in the test's own process: for the checks that end before
+any Ray or trial starts (bad flags, `--help`, `--dry-run`, refused OUT or data), and, in a
+test with the `ray_local` fixture, for a sweep run on the session's Ray.
 
 A driver started as a process spends ~5 s importing torch, pandas and matplotlib before it
-reads a flag; seventy such checks took a quarter of the suite. In this process those imports
+reads a flag; ~50 such checks took a fifth of the suite. In this process those imports
 are done once. What a process adds (the exit status the shell sees, a stray warning or log
 line on stderr) is checked by one command-line test per contract (test_digits_grid.py's
 `test_a_bad_flag_from_the_shell_is_one_line_and_exit_2`, test_flags.py's `-m sweeps` one).

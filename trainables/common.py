@@ -14,6 +14,7 @@ under "selected").
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import math
 import os
@@ -328,9 +329,7 @@ def trial_device(config: dict) -> torch.device | None:
         return None
 
 
-_SIGTERM_IGNORED_AT_EXIT = False
-
-
+@functools.cache  # once per worker process, however many trials its actor runs
 def ignore_sigterm_at_exit() -> None:
     """Once this worker's interpreter exits, ignore SIGTERM. The raylet SIGTERMs an actor's
     worker as soon as it disconnects (a finished or stopped trial) and SIGKILLs it 200 ms
@@ -338,12 +337,9 @@ def ignore_sigterm_at_exit() -> None:
     SystemExit inside a weakref callback, and its traceback reached the driver's output
     ("Exception ignored in ... SystemExit: 1") after trials ended and on a stopped sweep.
     The worker is exiting anyway: the SIGKILL still comes."""
-    global _SIGTERM_IGNORED_AT_EXIT
-    if not _SIGTERM_IGNORED_AT_EXIT:
-        # atexit runs its handlers in the main thread, where signal.signal is allowed, and
-        # before the teardown of modules and weak references.
-        atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
-        _SIGTERM_IGNORED_AT_EXIT = True
+    # atexit runs its handlers in the main thread, where signal.signal is allowed, and
+    # before the teardown of modules and weak references.
+    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
 
 
 def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
