@@ -28,11 +28,6 @@ TINY = ["--sigma", "0.03", "--seeds", "0", "--K", "2", "--batch-size", "256",
         "--mi-eval-steps", "20", "--device", "cpu", "--cpus-per-trial", "1", *SMALL_NET]
 
 
-def _driver(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(DRIVER), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout)
-
-
 def _in_process(*args: str) -> Ran:
     """The digits driver in this process (tests/drivers.py): its checks before Ray, or, in a
     test with the `ray_local` fixture, a whole sweep on the session's Ray (no Python or Ray
@@ -299,7 +294,7 @@ def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
 
 # -- a driver killed mid-sweep continues with --resume ----------------------------------------
 
-def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(tmp_path):
+def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(ray_local, tmp_path):
     out = tmp_path / "out"
     args = [*TINY, "--lam", "0,0.5,1", "--epochs", "3", "--out", str(out)]
     proc = _start_driver(args)
@@ -324,7 +319,7 @@ def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     for path in cut:
         path.write_bytes(path.read_bytes()[:10])
 
-    resumed = _driver(*args, "--resume", timeout=400)
+    resumed = _in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert re.search(r"resume: put back Tune's whole staging copies of \d+ file\(s\)",
                      resumed.stdout)

@@ -1,4 +1,5 @@
-"""`--tracker mlflow` (issue 19), against real MLflow: a local store and a real server."""
+"""`--tracker mlflow` (issue 19), against real MLflow: a local store and a real server; the
+same sweeps log to W&B offline where its extra is installed."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -66,16 +69,38 @@ def _check_histories(client: MlflowClient, trials: list, df: pd.DataFrame,
                                                            "epoch"].tolist()
 
 
+def _trackers() -> str:
+    """Both trackers where the wandb extra is installed (`make test` installs it), else
+    MLflow's alone: one sweep checks each tracker it logs to."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        return "mlflow"
+    return "mlflow,wandb"
+
+
 def test_sweep_logs_one_run_per_trial_with_histories_tags_and_artifacts(ray_local, tmp_path,
-                                                                       capsys):
+                                                                       capsys, monkeypatch):
+    """MLflow's local store here; W&B's offline run files (tests/test_wandb.py reads them)
+    from the same sweep."""
     from sweeps.digits_grid import main
 
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    trackers = _trackers()
     out = tmp_path / "tracked"
-    rc = main([*TINY, "--lam", "0,1", "--epochs", "2", "--tracker", "mlflow",
+    rc = main([*TINY, "--lam", "0,1", "--epochs", "2", "--tracker", trackers,
                "--out", str(out)])
     assert rc == 0
     # The last lines say how to look at the sweep, with commands that work on OUT as written.
-    tensorboard, ui = capsys.readouterr().out.strip().splitlines()[-2:]
+    lines = capsys.readouterr().out.strip().splitlines()
+    if "wandb" in trackers:
+        from tests.test_wandb import check_offline_runs
+
+        wandb_line = lines.pop()
+        assert wandb_line.startswith(f"W&B: offline runs in {out / 'wandb'}; upload: wandb sync ")
+        check_offline_runs(out, pd.read_parquet(out / "results.parquet"))
+    tensorboard, ui = lines[-2:]
     logdir = Path(shlex.split(tensorboard.split(": ", 1)[1])[-1])
     assert tensorboard.startswith("TensorBoard: tensorboard --logdir ")
     assert any(logdir.rglob("events.out.tfevents.*"))  # Tune's event files, not /tmp/ray
@@ -124,46 +149,15 @@ def _stop_after(args: list[str], needle: str, deadline_s: float = 300) -> str:
     return "".join(seen)
 
 
-def test_resume_continues_the_same_mlflow_and_wandb_runs(tmp_path, monkeypatch):
-    """One stop and resume for both trackers (W&B offline; tests/test_wandb.py reads its
-    run files); without the wandb extra, MLflow's alone."""
-    try:
-        import wandb  # noqa: F401
-        trackers = "mlflow,wandb"
-    except ImportError:
-        trackers = "mlflow"
-    monkeypatch.setenv("WANDB_MODE", "offline")  # the drivers below inherit it
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    out = tmp_path / "stopped"
-    args = [*TINY, "--lam", "0,1", "--epochs", "3", "--out", str(out)]
-    _stop_after([*args, "--tracker", trackers], "epoch 2/3")
-    # without --tracker: the sweep logs where it was started (OUT/mlflow.json, wandb.json)
-    resumed = _driver(*args, "--resume")
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert "resume: logging to MLflow" in resumed.stdout
-    if "wandb" in trackers:
-        from tests.test_wandb import check_runs, runs_of
-
-        assert "resume: logging to W&B project" in resumed.stdout
-        runs = runs_of(out)
-        assert len([r for r in runs if not r.endswith("-summary")]) == 2  # the same ids
-        check_runs(runs, pd.read_parquet(out / "results.parquet"))
-    df = pd.read_parquet(out / "results.parquet")
-    client = MlflowClient(tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}")
-    _, trials = _trial_runs(client, out)
-    assert len(trials) == 2  # the runs of the first start, continued: no duplicates
-    _check_histories(client, trials, df, timings=False)
-    assert resumed.stdout.strip().splitlines()[-1 - (trackers != "mlflow")].startswith(
-        "MLflow: mlflow ui --backend-store-uri sqlite:///")
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def test_sweep_logs_to_a_real_mlflow_server_over_http(tmp_path):
+@contextmanager
+def _mlflow_server(tmp_path: Path) -> Iterator[str]:
+    """A real `mlflow server` on a free local port: its URI, once it answers."""
     port = _free_port()
     uri = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
@@ -184,19 +178,7 @@ def test_sweep_logs_to_a_real_mlflow_server_over_http(tmp_path):
             assert server.poll() is None, "mlflow server exited"
             assert time.time() < deadline, "mlflow server did not answer in 120 s"
             time.sleep(1)
-        out = tmp_path / "over_http"
-        proc = _driver(*TINY, "--lam", "1", "--epochs", "2", "--tracker", "mlflow",
-                       "--tracking-uri", uri, "--out", str(out))
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        assert not (out / "mlflow.db").exists()  # everything went to the server
-        assert proc.stdout.strip().splitlines()[-1] == (
-            f"MLflow: {uri}, experiment {out.name!r}")
-        client = MlflowClient(tracking_uri=uri)
-        parent, trials = _trial_runs(client, out)
-        df = pd.read_parquet(out / "results.parquet")
-        assert len(trials) == 1
-        _check_histories(client, trials, df)
-        assert "table.md" in {a.path for a in client.list_artifacts(parent)}
+        yield uri
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -204,6 +186,41 @@ def test_sweep_logs_to_a_real_mlflow_server_over_http(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=30)
+
+
+def test_resume_continues_the_same_runs_on_a_real_mlflow_server_and_wandb(ray_local, tmp_path,
+                                                                          monkeypatch):
+    """One sweep logged over HTTP to a real `mlflow server` (and to W&B offline,
+    tests/test_wandb.py reads its run files), stopped by SIGTERM and resumed: the resume logs
+    where the sweep was started, into the same runs. The resume runs in this process, on the
+    session's Ray (tests/drivers.py)."""
+    trackers = _trackers()
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the driver below inherits it
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "stopped"
+    args = [*TINY, "--lam", "0,1", "--epochs", "3", "--out", str(out)]
+    with _mlflow_server(tmp_path) as uri:
+        _stop_after([*args, "--tracker", trackers, "--tracking-uri", uri], "epoch 2/3")
+        # without --tracker: the sweep logs where it was started (OUT/mlflow.json, wandb.json)
+        resumed = run_main("digits_grid", *args, "--resume")
+        assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+        assert "resume: logging to MLflow" in resumed.stdout
+        df = pd.read_parquet(out / "results.parquet")
+        if "wandb" in trackers:
+            from tests.test_wandb import check_runs, runs_of
+
+            assert "resume: logging to W&B project" in resumed.stdout
+            runs = runs_of(out)
+            assert len([r for r in runs if not r.endswith("-summary")]) == 2  # the same ids
+            check_runs(runs, df)
+        assert not (out / "mlflow.db").exists()  # everything went to the server
+        assert resumed.stdout.strip().splitlines()[-1 - (trackers != "mlflow")] == (
+            f"MLflow: {uri}, experiment {out.name!r}")
+        client = MlflowClient(tracking_uri=uri)
+        parent, trials = _trial_runs(client, out)
+        assert len(trials) == 2  # the runs of the first start, continued: no duplicates
+        _check_histories(client, trials, df, timings=False)
+        assert "table.md" in {a.path for a in client.list_artifacts(parent)}
 
 
 @pytest.mark.parametrize("module, trackers, message", [
