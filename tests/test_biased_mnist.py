@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import SMALL_NET
+from tests.drivers import run_main
 from unbiased.benchmarks import biased_mnist as bm
 
 
@@ -137,13 +138,12 @@ def test_the_benchmark_is_one_module_and_one_registry_line():
     assert sum("biased_mnist" in line for line in registry.splitlines()) == 1
 
 
-@pytest.mark.ray
-def test_a_tiny_sweep_writes_biased_acc_and_the_published_rows(tmp_path):
+def test_a_tiny_sweep_writes_biased_acc_and_the_published_rows(ray_local, tmp_path):
+    # `python -m sweeps biased_mnist` in this process, on the session's Ray (tests/drivers.py)
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "sweeps", "biased_mnist", "--preset", "quick", "--rho", "0.99",
-         "--epochs", "1", "--K", "2", "--mi-eval-steps", "20", *SMALL_NET, "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_main("__main__", "biased_mnist", "--preset", "quick", "--rho", "0.99",
+                    "--epochs", "1", "--K", "2", "--mi-eval-steps", "20", *SMALL_NET,
+                    "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     df = pd.read_parquet(out / "results.parquet")
     assert set(df["benchmark"]) == {"biased_mnist"} and set(df["rho"]) == {0.99}

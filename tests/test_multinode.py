@@ -90,9 +90,11 @@ class Cluster:
     worker: subprocess.Popen  # `ray start --address --block`
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_nodes() -> Iterator[Cluster]:
-    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b)."""
+    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b), one cluster for the
+    module's tests (a start and stop is ~25 s): the lost-node test, which kills the worker
+    node, comes last in the file."""
     # Short path: Ray's unix sockets live under it and must stay under 108 characters.
     temp = tempfile.mkdtemp(prefix="rmn", dir="/tmp")
     port = _free_port()
@@ -123,6 +125,7 @@ def two_nodes() -> Iterator[Cluster]:
 
 
 def test_digits_grid_spreads_trials_over_two_nodes(two_nodes, tmp_path):
+    assert two_nodes.worker.poll() is None, "the worker node is gone: run this test first"
     storage = tmp_path / "shared"  # one filesystem: "shared storage" for both nodes
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

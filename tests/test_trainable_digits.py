@@ -32,11 +32,26 @@ def _fit(tmp_path, digits, config, max_failures=0):
     return grid[0]
 
 
+@pytest.fixture(scope="module")
+def default_trial(ray_local, tiny_digits, tmp_path_factory):
+    """A two-epoch trial with the defaults, read by two tests."""
+    return _fit(tmp_path_factory.mktemp("default"), tiny_digits, _config())
+
+
+@pytest.fixture(scope="module")
+def lowest_mi_trial_without_lam(ray_local, tiny_digits, tmp_path_factory):
+    """A three-epoch trial stopped by lowest_mi, with no lam in its config (the method's
+    default, 1.0, as `_config`'s): read by two tests."""
+    config = _config(epochs=3, select_epoch="lowest_mi")
+    del config["lam"]
+    return _fit(tmp_path_factory.mktemp("lowest_mi"), tiny_digits, config)
+
+
 REPORTED = ["epoch", "mi", "train_acc", "test_acc", "loss_task", "time_s", "mi_eval", "machine"]
 
 
-def test_two_epoch_trial_reports_twice_with_checkpoint(ray_local, tiny_digits, tmp_path):
-    result = _fit(tmp_path, tiny_digits, _config())
+def test_two_epoch_trial_reports_twice_with_checkpoint(default_trial):
+    result = default_trial
     assert result.error is None
     df = result.metrics_dataframe
     assert list(df["epoch"]) == [1, 2]
@@ -78,13 +93,16 @@ def test_without_restarts_the_injected_failure_is_an_error(ray_local, tiny_digit
 
 @pytest.mark.parametrize("rule", ["lowest_mi", "lowest_mi_cond"])
 def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local, tiny_digits,
-                                                                   tmp_path):
+                                                                   tmp_path, request):
     import torch
 
     from sweeps.results_frame import selected_rows
     from unbiased.stopping import CRITERION, EpochRecord, pick_epoch
 
-    result = _fit(tmp_path, tiny_digits, _config(epochs=3, select_epoch=rule))
+    if rule == "lowest_mi":
+        result = request.getfixturevalue("lowest_mi_trial_without_lam")
+    else:
+        result = _fit(tmp_path, tiny_digits, _config(epochs=3, select_epoch=rule))
     assert result.error is None
     df = result.metrics_dataframe
     # mi_eval (and its label-conditional twin) every epoch, so every epoch is a candidate,
@@ -115,25 +133,22 @@ def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local
             assert torch.equal(v, state["selected"]["g"][k])
 
 
-def test_last_epoch_is_selected_by_default(ray_local, tiny_digits, tmp_path):
+def test_last_epoch_is_selected_by_default(default_trial):
     from sweeps.results_frame import selected_rows
 
-    result = _fit(tmp_path, tiny_digits, _config())
-    df = result.metrics_dataframe.assign(trial_id="t")
+    df = default_trial.metrics_dataframe.assign(trial_id="t")
     assert selected_rows(df).tolist() == [False, True]
 
 
-def test_a_trial_without_lam_takes_the_methods_default_everywhere(ray_local, tiny_digits,
-                                                                  tmp_path):
+def test_a_trial_without_lam_takes_the_methods_default_everywhere(lowest_mi_trial_without_lam):
     # One default for lam (TrainConfig's 1.0): the method trains with it and the trial does
     # not take the missing lam for an ERM baseline (which would switch off lowest_mi).
     from unbiased.methods import TrainConfig
 
-    config = _config(select_epoch="lowest_mi")
-    del config["lam"]
     assert TrainConfig().lam > 0
-    result = _fit(tmp_path, tiny_digits, config)
+    result = lowest_mi_trial_without_lam
     assert result.error is None
+    assert "lam" not in result.config
     df = result.metrics_dataframe
     assert df["mi_eval"].notna().all()  # measured every epoch: the stopping rule is on
 
