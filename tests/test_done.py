@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.test_reliability import TINY, _in_process, _one_line_error, sigterm_after
+from tests.test_reliability import (
+    TINY,
+    _in_process,
+    _one_line_error,
+    check_stopped,
+    stop_driver,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = [*TINY, "--lam", "0,1", "--epochs", "2", "--lr", "0.001"]
@@ -111,18 +117,31 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path)
                                    whole["test_acc"].reset_index(drop=True), rtol=1e-12)
 
 
-def test_a_stopped_done_run_resumes_with_the_rows_it_took_over(ray_local, tmp_path):
+def test_a_stopped_grid_leaves_nothing_behind_and_resumes_in_order_with_the_rows_taken_over(
+        ray_local, tmp_path):
+    # One trial at a time (2 CPUs each), lam 0 seed 0 taken over from rows (--done), SIGTERM
+    # to the driver during the first trial that runs: the stop leaves no process and says how
+    # to resume (test_reliability.py: check_stopped). The resumed run keeps the rows it took
+    # over and finishes the rest in the grid's order (seed by seed), not in the order Tune
+    # saved them. The resume runs in this process, on the session's Ray.
     out = tmp_path / "out"
-    args = [*GRID, "--lam", "0,0.5,1", "--cpus-per-trial", "2", "--out", str(out)]
-    returncode, rest = sigterm_after([*args, "--done", str(_rows(tmp_path / "e.csv", [1, 2]))],
-                                     "epoch 1/2")
-    assert returncode == 128 + signal.SIGTERM, rest[-2000:]
+    args = [*GRID, "--seeds", "0,1,2", "--cpus-per-trial", "2", "--out", str(out)]
+    done = _rows(tmp_path / "e.csv", [1, 2])
+    stopped = stop_driver([*args, "--done", str(done)], signal.SIGTERM, "epoch 1/2")
+    check_stopped(stopped, signal.SIGTERM, out)
+
     resumed = _in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert f"1 of 3 trials finished in {out / 'done_epochs.csv'}" in resumed.stdout
+    assert f"1 of 6 trials finished in {out / 'done_epochs.csv'}" in resumed.stdout
+    finished = re.findall(r"finished \d+/\d+: (.*)", stopped.rest + resumed.stdout)
+    grid = [f"method=mi_backprop sigma=0.03 lam={lam} K=2 seed={seed}"
+            for seed in range(3) for lam in ("0.0", "1.0")][1:]  # lam 0 seed 0 taken over
+    assert [f.strip() for f in finished] == grid, finished
+    # the 4 trials that had not started are not listed one warning line each on resume
+    assert "Failed to fetch metrics" not in resumed.stdout + resumed.stderr
     df = pd.read_parquet(out / "results.parquet")
-    assert df.groupby("lam")["epoch"].nunique().to_dict() == {0.0: 2, 0.5: 2, 1.0: 2}
-    taken = df[df["lam"] == 0.0].sort_values("epoch")
+    assert df.groupby(["lam", "seed"])["epoch"].nunique().eq(2).all() and len(df) == 12
+    taken = df[(df["lam"] == 0.0) & (df["seed"] == 0)].sort_values("epoch")
     assert taken["test_acc"].round(6).tolist() == [0.5, 0.6]  # the CSV's, not a re-run
     assert taken["trial_id"].eq("abc_00000").all()
 

@@ -1,6 +1,8 @@
 """Issue 40, point 9: a SIGTERM to the driver's whole process group (`timeout`, a batch
 scheduler's cancel, `kill -- -PGID`) stops a local sweep as one to the driver alone does: the
-state saved, the `--resume` line, exit 143, no Ray process left; and the line resumes it."""
+state saved, the `--resume` line, exit 143, no Ray process left; and the line resumes it. A
+SIGKILL to the group leaves no Ray process either (checked on test_reliability.py's killed
+sweep: `check_no_ray_left_after_sigkill`)."""
 
 from __future__ import annotations
 
@@ -59,7 +61,13 @@ def _ray_of(proc: subprocess.Popen) -> tuple[dict[int, str], str]:
         assert time.time() < deadline, "no epoch reported in time"
     else:
         raise AssertionError("the driver ended before a trial reported an epoch")
-    ray = descendants(proc.pid)
+    return ray_under(proc.pid)
+
+
+def ray_under(pid: int) -> tuple[dict[int, str], str]:
+    """The processes under a driver whose trials run, and the session directory of the Ray it
+    started."""
+    ray = descendants(pid)
     commands = {p: _command(p) for p in ray}
     sessions = {m.group(1) for c in commands.values()
                 for m in [re.search(r"--session[-_]dir=([^\0]+)", c)] if m}
@@ -118,22 +126,14 @@ def test_sigterm_to_the_process_group_saves_stops_and_resumes(tmp_path):
     assert len(epochs) == 2 and all(e == (1, 2, 3) for e in epochs), epochs
 
 
-def test_sigkill_to_the_process_group_leaves_no_ray_process(tmp_path, checked_at_the_end):
-    # Ray's processes run in sessions of their own (sweeps/ray_init.py): the kernel
-    # (PR_SET_PDEATHSIG), not the group's signal, ends them with the driver.
-    proc = _start(tmp_path / "out", tmp_path / "stderr")
-    try:
-        ray, session = _ray_of(proc)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    # The raylet's two agents see it die at once but first try for 60 s to tell the dead GCS
-    # (ray/_private/process_watcher.py), as after a SIGKILL to the driver alone. That minute
-    # is checked at the session's end, not waited for here.
-    killed = time.time()
+def check_no_ray_left_after_sigkill(ray: dict[int, str], session: str, killed: float,
+                                    checked_at_the_end) -> None:
+    """After a SIGKILL to a driver's process group (test_reliability.py's killed sweep): Ray's
+    processes run in sessions of their own (sweeps/ray_init.py), and the kernel
+    (PR_SET_PDEATHSIG), not the group's signal, ends them with the driver. The raylet's two
+    agents see it die at once but first try for 60 s to tell the dead GCS
+    (ray/_private/process_watcher.py), as after a SIGKILL to the driver alone. That minute is
+    checked at the session's end, not waited for here."""
     agents = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
     deadline = killed + 15
     while True:  # until only the agents are left (or 15 s)

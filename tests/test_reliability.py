@@ -10,16 +10,17 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-import pytest
 from ray import tune
 
 from tests.conftest import SMALL_NET
 from tests.drivers import Ran, run_main
 from tests.processes import alive, descendants
+from tests.test_group_signal import check_no_ray_left_after_sigkill, ray_under
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
@@ -43,9 +44,19 @@ def _start_driver(args: list[str]) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def sigterm_after(args: list[str], needle: str) -> tuple[int, str]:
-    """Start the driver, SIGTERM it once a line holding `needle` came; its exit status and
-    the output after that line."""
+@dataclass
+class Stopped:
+    """A driver stopped by a signal: its exit status, its output after the line waited for,
+    and the processes under it when the signal came (its Ray)."""
+
+    returncode: int
+    rest: str
+    ray_processes: dict[int, str]
+
+
+def stop_driver(args: list[str], signum: int, needle: str) -> Stopped:
+    """Start the driver, send it `signum` once a line holding `needle` came (a trial is
+    training once it has reported an epoch)."""
     proc = _start_driver(args)
     try:
         deadline = time.time() + 300
@@ -53,13 +64,35 @@ def sigterm_after(args: list[str], needle: str) -> tuple[int, str]:
             if needle in line:
                 break
             assert time.time() < deadline, f"no {needle!r} in time"
-        proc.send_signal(signal.SIGTERM)
+        ray_processes = descendants(proc.pid)
+        workers = [p for p in ray_processes
+                   if "ImplicitFunc" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+        assert workers, "no trial worker found under the driver"
+        proc.send_signal(signum)
         rest = proc.stdout.read()
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, rest
+    return Stopped(proc.returncode, rest, ray_processes)
+
+
+def check_stopped(stopped: Stopped, signum: int, out: Path) -> None:
+    """What a sweep stopped by SIGTERM or Ctrl-C leaves: exit 128 + signal, no traceback, no
+    list of the unstarted trials, the `--resume` line last, no process of its Ray, nothing
+    half-analysed."""
+    rest = stopped.rest
+    assert stopped.returncode == 128 + signum, rest[-2000:]
+    assert "Traceback" not in rest, rest[-3000:]
+    assert "Failed to fetch metrics" not in rest  # Tune's list of the unstarted trials
+    last = rest.strip().splitlines()[-1]
+    assert last.startswith(f"stopped by {signal.Signals(signum).name}") and "--resume" in last
+    deadline = time.time() + 15
+    while time.time() < deadline and any(alive(p, s) for p, s in stopped.ray_processes.items()):
+        time.sleep(0.5)
+    left = [p for p, s in stopped.ray_processes.items() if alive(p, s)]
+    assert not left, f"processes of the sweep's Ray still running: {left}"
+    assert not (out / "results.parquet").exists()  # stopped: nothing half-analysed
 
 
 def _one_line_error(proc: Ran | subprocess.CompletedProcess, needle: str) -> None:
@@ -294,7 +327,8 @@ def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
 
 # -- a driver killed mid-sweep continues with --resume ----------------------------------------
 
-def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(ray_local, tmp_path):
+def test_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_trials(
+        ray_local, tmp_path, checked_at_the_end):
     out = tmp_path / "out"
     args = [*TINY, "--lam", "0,0.5,1", "--epochs", "3", "--out", str(out)]
     proc = _start_driver(args)
@@ -306,10 +340,12 @@ def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(ray_local, tm
                 finished_first.append(line.split(": ", 1)[1].strip())
                 break
             assert time.time() < deadline, "no trial finished in time"
+        assert finished_first, "the sweep ended before a trial finished"
+        ray, session = ray_under(proc.pid)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver's process group
         proc.wait(timeout=60)
-    assert finished_first, "the sweep ended before a trial finished"
+    check_no_ray_left_after_sigkill(ray, session, time.time(), checked_at_the_end)
     assert not (out / "results.parquet").exists()
     # Where the kill lands in Tune's copy of its files into OUT/tune varies (CI once caught
     # it mid-copy); make it the worst case every time: the state and every result.json cut.
@@ -338,39 +374,13 @@ def test_sigkilled_sweep_resumes_without_rerunning_finished_trials(ray_local, tm
 
 # -- a driver stopped by SIGTERM or Ctrl-C takes its trials and its Ray with it -------------
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_stopped_sweep_leaves_no_process_behind_and_says_how_to_resume(signum, tmp_path):
+def test_a_sweep_stopped_by_ctrl_c_leaves_no_process_behind_and_says_how_to_resume(tmp_path):
+    # SIGTERM to the driver: test_done.py's stopped grid, which resumes it; to its process
+    # group: test_group_signal.py.
     out = tmp_path / "out"
     # 4 trials on 2 CPUs: two have not started when the signal comes
     args = [*TINY, "--lam", "0,1,2,3", "--epochs", "50", "--out", str(out)]
-    proc = _start_driver(args)
-    try:
-        deadline = time.time() + 300
-        for line in proc.stdout:  # a trial is training once it has reported an epoch
-            if "epoch 1/50" in line:
-                break
-            assert time.time() < deadline, "no epoch reported in time"
-        ray_processes = descendants(proc.pid)
-        workers = [p for p in ray_processes
-                   if "ImplicitFunc" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
-        assert workers, "no trial worker found under the driver"
-        proc.send_signal(signum)
-        rest = proc.stdout.read()
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + signum, rest[-2000:]
-    assert "Traceback" not in rest
-    assert "Failed to fetch metrics" not in rest  # Tune's list of the unstarted trials
-    last = rest.strip().splitlines()[-1]
-    assert last.startswith(f"stopped by {signal.Signals(signum).name}") and "--resume" in last
-    deadline = time.time() + 15
-    while time.time() < deadline and any(alive(p, s) for p, s in ray_processes.items()):
-        time.sleep(0.5)
-    left = [p for p, s in ray_processes.items() if alive(p, s)]
-    assert not left, f"processes of the sweep's Ray still running: {left}"
-    assert not (out / "results.parquet").exists()  # stopped: nothing half-analysed
+    check_stopped(stop_driver(args, signal.SIGINT, "epoch 1/50"), signal.SIGINT, out)
 
 
 def test_waiting_trials_start_in_the_grids_order_whatever_order_tune_lists_them():
@@ -419,24 +429,6 @@ def test_saved_trials_are_put_back_in_the_grids_order(tmp_path):
         "runner_data": {"x": 1}, "stats": {"start_time": 12.5}}
     assert other.read_text() == '{"not": "a state of this form"}'
     assert not order_saved_trials(str(tmp_path))  # already in order: nothing rewritten
-
-
-def test_a_resumed_grid_goes_on_in_the_grids_order(ray_local, tmp_path):
-    # One trial at a time (2 CPUs each), stopped during the first; the resumed run must
-    # finish the rest in the grid's order (seed by seed), not in the order Tune saved them.
-    out = tmp_path / "out"
-    args = [*TINY, "--lam", "0,1", "--seeds", "0,1,2", "--epochs", "2",
-            "--cpus-per-trial", "2", "--out", str(out)]
-    returncode, first = sigterm_after(args, "epoch 1/2")
-    assert returncode == 128 + signal.SIGTERM, first[-2000:]
-    resumed = _in_process(*args, "--resume")
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    finished = re.findall(r"finished \d+/6: (.*)", first + resumed.stdout)
-    grid = [f"method=mi_backprop sigma=0.03 lam={lam} K=2 seed={seed}"
-            for seed in range(3) for lam in ("0.0", "1.0")]
-    assert [f.strip() for f in finished] == grid, finished
-    # the 5 trials that had not started are not listed one warning line each on resume
-    assert "Failed to fetch metrics" not in resumed.stdout + resumed.stderr
 
 
 def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():

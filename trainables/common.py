@@ -20,10 +20,12 @@ import math
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import ray
 import torch
@@ -330,16 +332,28 @@ def trial_device(config: dict) -> torch.device | None:
 
 
 @functools.cache  # once per worker process, however many trials its actor runs
-def ignore_sigterm_at_exit() -> None:
-    """Once this worker's interpreter exits, ignore SIGTERM. The raylet SIGTERMs an actor's
+def quiet_sigterm_in_worker() -> None:
+    """Keep the raylet's SIGTERM out of the driver's output. The raylet SIGTERMs an actor's
     worker as soon as it disconnects (a finished or stopped trial) and SIGKILLs it 200 ms
-    later; a SIGTERM landing in the interpreter's teardown made Ray's handler raise
-    SystemExit inside a weakref callback, and its traceback reached the driver's output
-    ("Exception ignored in ... SystemExit: 1") after trials ended and on a stopped sweep.
-    The worker is exiting anyway: the SIGKILL still comes."""
-    # atexit runs its handlers in the main thread, where signal.signal is allowed, and
-    # before the teardown of modules and weak references.
+    later; Ray's handler raises SystemExit wherever the main thread is. Inside a weakref
+    callback or a __del__ that exception cannot propagate, and Python printed its traceback
+    ("Exception ignored in ... SystemExit: 1"), which reached the driver after trials ended
+    and on a stopped sweep (CI, stops 45 and 47). The worker is ending anyway: the SIGKILL
+    still comes.
+    - Once the interpreter exits, SIGTERM is ignored: atexit runs this handler in the main
+      thread (where signal.signal is allowed) before the teardown of modules and weak
+      references, and before Ray's own atexit shutdown (registered earlier, run later).
+    - Before that, an unraisable SystemExit is dropped silently; every other unraisable
+      exception still goes to the hook that was there."""
     atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
+    sys.unraisablehook = _drop_unraisable_system_exit(sys.unraisablehook)
+
+
+def _drop_unraisable_system_exit(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, SystemExit):
+            previous(unraisable)
+    return hook
 
 
 def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
@@ -347,7 +361,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     # Tune logs every checkpoint at INFO from the worker; the driver prints progress itself.
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
-    ignore_sigterm_at_exit()
+    quiet_sigterm_in_worker()
     config = trial_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
