@@ -53,10 +53,9 @@ def test_a_sigterm_while_the_worker_exits_is_quiet(ignore):
 IN_A_CALLBACK = """
 import os, signal, sys, time, weakref
 sys.path.insert(0, {root!r})
-from ray._raylet import raise_sys_exit_with_custom_error_message
 
 def rays_handler(signum, frame):  # ray/_private/worker.py: main_loop's sigterm_handler
-    raise_sys_exit_with_custom_error_message("The process receives a SIGTERM.", exit_code=1)
+    raise SystemExit(1)
 
 signal.signal(signal.SIGTERM, rays_handler)
 if {quiet}:
