@@ -21,8 +21,10 @@ $(VENV)/.installed: pyproject.toml
 quick: $(VENV)/.installed
 	$(PY) sweeps/digits_grid.py --preset quick $(ARGS)
 
+# Two test processes, whole files each: a Ray test leaves a core idle much of its time and the
+# one-core tests fill it (docs/MEASURED.md, "The test suite's time").
 test: $(VENV)/.installed
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not ray and not slow" $(ARGS)
