@@ -83,8 +83,8 @@ class MIBackpropConfig(TrainConfig):
     mine_hidden_layers: int = setting(2, "hidden layers of the statistics network T", ge=1)
     # Ours, not the paper's (docs/MEASURED.md). `mi_guard`: where the DV estimate is below 0,
     # T is worse than a constant and its gradient says nothing about colour (on full MNIST a
-    # run of such steps let the own estimate run away to -768). The guard reads the estimate
-    # on the host: one device sync per outer step on a GPU.
+    # run of such steps let the own estimate run away to -768). The guard masks the MI step
+    # on the device (no host sync).
     mine_standardize: bool = setting(
         False, "ours: T reads z standardised per dimension by the statistics of the rows it "
                "scores, so rescaling z cannot carry it out of T's reach")
@@ -158,8 +158,9 @@ class MIBackprop(ERM):
         self._bank_age = 0
         self._inner_pick: torch.Tensor | None = None  # rows of the last inner batch
         self._head: list[torch.Tensor] = []  # "first_k": rows of the epoch's first K batches
-        self.guarded_steps = 0  # theta steps of this epoch that mi_guard kept task-only
+        # Theta steps of this epoch, and those mi_guard kept task-only (counted on the device).
         self.theta_steps = 0
+        self._guarded = torch.zeros((), dtype=torch.int64, device=self.device)
 
     def modules(self) -> dict[str, nn.Module]:
         return {**super().modules(), "mine": self.mine}
@@ -235,7 +236,8 @@ class MIBackprop(ERM):
 
     # -- one outer step -------------------------------------------------------------------
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
-        self.guarded_steps = self.theta_steps = 0
+        self.theta_steps = 0
+        self._guarded.zero_()
         self._bank = None  # recomputed at the first step: a resumed run matches a straight one
         if self.cfg.inner_z == "first_k":
             bs = self.cfg.batch_size
@@ -276,20 +278,30 @@ class MIBackprop(ERM):
             return loss_task.detach(), mi
         mi = self.mine.lower_bound(z, c, self.method_gen)
         self.theta_steps += 1
-        if self.cfg.mi_guard and not mi.item() >= 0:  # T worse than a constant: task step only
-            self.guarded_steps += 1
-            loss_task.backward()
-            self.model_opt.step()
-            return loss_task.detach(), mi.detach()
+        # The guard decides on the device: a guarded batch's MI step is computed and then
+        # masked (T worse than a constant, or a NaN estimate), so the host never waits for the
+        # estimate. Masked, a step leaves theta, Adam moments and step counts as a task-only
+        # step would (tests/test_train.py).
+        skip = ~(mi.detach() >= 0) if self.cfg.mi_guard else None
+        if skip is not None:
+            self._guarded += skip
         g_task = torch.autograd.grad(loss_task, theta + psi, retain_graph=True)
         # Only theta's MI gradient is taken: phi is trained by ascent alone, psi by L_task.
         g_mi = torch.autograd.grad(mi, theta, allow_unused=True)
+        used = [i for i, gm in enumerate(g_mi) if gm is not None]
+        g_task_used = [g_task[i] for i in used]
+        g_mi_used = [g_mi[i] for i in used]
+        if self.cfg.rescale_mi_grad:
+            g_mi_used = rescaled_mi_grads(g_task_used, g_mi_used)
         for p, gt in zip(psi, g_task[len(theta):], strict=True):
             p.grad = gt
         if self.mi_opt is None:  # "joint": one Adam step on the sum
-            for p, gt, gm in zip(theta, g_task[:len(theta)], g_mi, strict=True):
-                p.grad = gt if gm is None else combine_grads(gt, gm, self.cfg.lam,
-                                                             self.cfg.rescale_mi_grad)
+            for p, gt in zip(theta, g_task[:len(theta)], strict=True):
+                p.grad = gt
+            combined = torch._foreach_add(g_task_used, torch._foreach_mul(g_mi_used,
+                                                                           self.cfg.lam))
+            for i, summed in zip(used, combined, strict=True):
+                theta[i].grad = summed if skip is None else torch.where(skip, g_task[i], summed)
             self.model_opt.step()
             return loss_task.detach(), mi.detach()
         # "separate": both gradients are taken at the same theta (the authors' code takes the
@@ -298,11 +310,15 @@ class MIBackprop(ERM):
             p.grad = gt
         self.model_opt.step()
         self.mi_opt.zero_grad(set_to_none=True)
-        for p, gt, gm in zip(theta, g_task[:len(theta)], g_mi, strict=True):
-            if gm is not None:
-                p.grad = rescaled_mi_grad(gt, gm) if self.cfg.rescale_mi_grad else gm
-        self.mi_opt.step()
+        for i, gm in zip(used, g_mi_used, strict=True):
+            theta[i].grad = gm
+        step_unless(self.mi_opt, skip)
         return loss_task.detach(), mi.detach()
+
+    @property
+    def guarded_steps(self) -> int:
+        """Theta steps of this epoch that mi_guard kept task-only (reads the device)."""
+        return int(self._guarded)
 
     def epoch_stats(self, loss_task: float, penalty: float, time_s: float) -> EpochStats:
         guarded = (self.guarded_steps / self.theta_steps if self.cfg.mi_guard and self.theta_steps
@@ -338,5 +354,31 @@ def combine_grads(g_task: torch.Tensor, g_mi: torch.Tensor, lam: float,
 
 def rescaled_mi_grad(g_task: torch.Tensor, g_mi: torch.Tensor) -> torch.Tensor:
     """g_mi scaled to norm min(|g_task|, |g_mi|), its direction kept (the authors' code)."""
-    mi_norm = g_mi.norm()
-    return g_mi * (torch.minimum(g_task.norm(), mi_norm) / (mi_norm + 1e-12))
+    return rescaled_mi_grads([g_task], [g_mi])[0]
+
+
+def rescaled_mi_grads(g_task: list[torch.Tensor], g_mi: list[torch.Tensor]
+                      ) -> list[torch.Tensor]:
+    """rescaled_mi_grad of each pair, by foreach kernels: a handful of launches for all of
+    theta's tensors instead of several per tensor (on CPU the same values, tensor by tensor)."""
+    mi_norms = torch._foreach_norm(g_mi)
+    scales = torch._foreach_div(torch._foreach_minimum(torch._foreach_norm(g_task), mi_norms),
+                                torch._foreach_add(mi_norms, 1e-12))
+    return torch._foreach_mul(g_mi, scales)
+
+
+def step_unless(opt: torch.optim.Optimizer, skip: torch.Tensor | None) -> None:
+    """opt.step(), except where `skip` (a 0-d bool tensor) is true: then parameters, moments
+    and step counts stay as they were. A fused optimiser (CPU and CUDA) decides on the device
+    by its own found_inf input, as under a GradScaler: no host sync. Any other reads `skip`
+    on the host (one sync)."""
+    if skip is None:
+        opt.step()
+    elif all(group.get("fused") for group in opt.param_groups):
+        opt.found_inf = skip.float()  # the fused kernels then update nothing, keep the count
+        try:
+            opt.step()
+        finally:
+            del opt.found_inf
+    elif not bool(skip):
+        opt.step()
