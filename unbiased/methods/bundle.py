@@ -1,0 +1,400 @@
+"""Trial bundles: several mi_backprop points trained as one, vectorised over a member axis.
+
+A bundle holds B members (each a whole `MIBackprop`: its benchmark, seed, generators,
+modules and optimisers) and trains them together: every weight, Adam moment and step count is
+stacked along a leading member axis, g, f and T run once per call for all members
+(torch.func.functional_call under vmap), and one backward gives every member's gradients
+(members share no weights, so the gradient of the sum is each member's own). The outer step
+is mi_backprop's with `inner_z = "batch"` (every digits preset): the K critic steps on the
+batch's z, then theta and psi.
+
+What differs between members is data: lam, lr, mi_lr and mine_lr (vectors), the seed (its own
+data order, init, shuffles), the benchmark's data points (sigma): the shapes must agree.
+lam = 0 is a member whose MI step is always masked, as mi_guard masks a guarded batch; a
+member's draws (data order, shuffles) come from its own generators, in a single run's order,
+so each member follows the run it would have alone up to float rounding of the vectorised
+kernels (tests/test_bundle.py). `sync_members()` writes the stacked state back into the
+members, whose `state_dict`, `evaluate` and MI estimates then serve as a single trial's
+(HFTA, arXiv 2102.02344).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import asdict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from unbiased.methods.base import EpochStats
+from unbiased.methods.mi_backprop import MIBackprop
+
+# Config fields members may differ in (each becomes a vector over members); every other
+# field must be equal. `epochs` and `lr_schedule` are shared: one schedule for all.
+PER_MEMBER_FIELDS: tuple[str, ...] = ("lam", "lr", "mi_lr", "mine_lr")
+
+
+def bundle_problems(members: list[MIBackprop]) -> list[str]:
+    """Why these members cannot train as one bundle (empty when they can)."""
+    if not members:
+        return ["a bundle needs at least one member"]
+    problems = []
+    first = members[0]
+    if not all(type(m) is MIBackprop for m in members):
+        problems.append("every member must be an mi_backprop trial")
+        return problems
+    cfg = first.cfg
+    if cfg.inner_z != "batch":
+        problems.append(f"bundles train inner_z 'batch' only, got {cfg.inner_z!r}")
+    if cfg.mine_optimizer != "adam":
+        problems.append(f"bundles train MINE with adam only, got {cfg.mine_optimizer!r}")
+    if cfg.amp or cfg.compile:
+        problems.append("bundles run without amp and compile")
+    shared = {k: v for k, v in asdict(cfg).items() if k not in PER_MEMBER_FIELDS}
+    for m in members[1:]:
+        other = {k: v for k, v in asdict(m.cfg).items() if k not in PER_MEMBER_FIELDS}
+        differ = sorted(k for k in shared if shared[k] != other[k])
+        if differ:
+            problems.append(f"members differ in {', '.join(differ)} (only "
+                            f"{', '.join(PER_MEMBER_FIELDS)} may)")
+            break
+    shapes = {(len(m.bench.train), tuple(m.bench.train.x.shape[1:]), m.bench.z_dim,
+               m.bench.c_dim, m.bench.num_classes, m.device, m.epoch) for m in members}
+    if len(shapes) > 1:
+        problems.append("members differ in data size, input shape, z, c, classes, device "
+                        "or epoch reached")
+    return problems
+
+
+class AdamState:
+    """Adam's moments and step counts for stacked parameters (torch's formula, as its fused
+    kernel: no weight decay, no amsgrad)."""
+
+    def __init__(self, params: dict[str, torch.Tensor], betas: tuple[float, float],
+                 eps: float) -> None:
+        self.exp_avg = {k: torch.zeros_like(p) for k, p in params.items()}
+        self.exp_avg_sq = {k: torch.zeros_like(p) for k, p in params.items()}
+        first = next(iter(params.values()))
+        self.step = torch.zeros(first.shape[0], dtype=torch.float32, device=first.device)
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+
+    @torch.no_grad()
+    def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
+               lr: torch.Tensor, skip: torch.Tensor | None = None) -> None:
+        """One step of every member at its own lr ([B]); where `skip` ([B] bool) is true a
+        member's parameters, moments and step count stay as they were."""
+        step = self.step + 1
+        bc1 = 1 - self.beta1 ** step.double()
+        bc2_sqrt = (1 - self.beta2 ** step.double()).sqrt()
+        step_size = (lr / bc1).float()
+        bc2_sqrt = bc2_sqrt.float()
+        for key, p in params.items():
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            grad = grads[key]
+            exp_avg = self.exp_avg[key].lerp(grad, 1 - self.beta1)
+            exp_avg_sq = self.exp_avg_sq[key] * self.beta2 + (1 - self.beta2) * grad * grad
+            denom = exp_avg_sq.sqrt() / bc2_sqrt.view(shape) + self.eps
+            moved = p - step_size.view(shape) * exp_avg / denom
+            if skip is not None:
+                keep = skip.view(shape)
+                moved = torch.where(keep, p, moved)
+                exp_avg = torch.where(keep, self.exp_avg[key], exp_avg)
+                exp_avg_sq = torch.where(keep, self.exp_avg_sq[key], exp_avg_sq)
+            p.copy_(moved)
+            self.exp_avg[key].copy_(exp_avg)
+            self.exp_avg_sq[key].copy_(exp_avg_sq)
+        self.step.copy_(step if skip is None else torch.where(skip, self.step, step))
+
+    def load(self, opts: list[torch.optim.Optimizer | None], modules: list[nn.Module]) -> None:
+        """Take over each member's torch Adam state (its moments and step), if it has one."""
+        for b, (opt, module) in enumerate(zip(opts, modules, strict=True)):
+            if opt is None:
+                continue
+            for key, p in module.named_parameters():
+                state = opt.state.get(p)
+                if state:
+                    self.exp_avg[key][b].copy_(state["exp_avg"])
+                    self.exp_avg_sq[key][b].copy_(state["exp_avg_sq"])
+                    self.step[b] = float(state["step"])
+
+    def store(self, opts: list[torch.optim.Optimizer | None], modules: list[nn.Module]) -> None:
+        """Write each member's moments and step into its torch Adam (as a single run's)."""
+        for b, (opt, module) in enumerate(zip(opts, modules, strict=True)):
+            if opt is None:
+                continue
+            for key, p in module.named_parameters():
+                state = opt.state[p]
+                state["step"] = self.step[b].clone().to(p.device)
+                state["exp_avg"] = self.exp_avg[key][b].clone().contiguous(
+                    memory_format=_format_of(p))
+                state["exp_avg_sq"] = self.exp_avg_sq[key][b].clone().contiguous(
+                    memory_format=_format_of(p))
+
+
+class StackedModule:
+    """One module's weights stacked over members, called for all members at once."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        self.modules = modules
+        self.base = copy.deepcopy(modules[0]).to("meta")
+        self.params = {k: torch.stack([dict(m.named_parameters())[k].detach()
+                                       for m in modules]).contiguous().requires_grad_()
+                       for k, _ in modules[0].named_parameters()}
+        self.buffers = {k: torch.stack([dict(m.named_buffers())[k] for m in modules])
+                        for k, _ in modules[0].named_buffers()}
+
+    def __call__(self, *args: torch.Tensor) -> torch.Tensor:
+        def one(params, buffers, *inputs):
+            return functional_call(self.base, (params, buffers), inputs)
+        return vmap(one)(self.params, self.buffers, *args)
+
+    @torch.no_grad()
+    def store(self) -> None:
+        """Each member's slice back into its own module."""
+        for b, module in enumerate(self.modules):
+            for key, p in module.named_parameters():
+                p.copy_(self.params[key][b])
+            for key, buf in module.named_buffers():
+                buf.copy_(self.buffers[key][b])
+
+
+class MIBackpropBundle:
+    """B mi_backprop members trained as one (module docstring)."""
+
+    def __init__(self, members: list[MIBackprop]) -> None:
+        problems = bundle_problems(members)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.members = members
+        self.cfg = members[0].cfg
+        self.device = members[0].device
+        self.g = StackedModule([m.g for m in members])
+        self.f = StackedModule([m.f for m in members])
+        self.T = StackedModule([m.mine.T for m in members])
+        self.log_ema = torch.stack([m.mine.log_ema for m in members])
+
+        def vector(values: list[float]) -> torch.Tensor:
+            # float64: a single run's lr is a Python float (its step size is computed in
+            # double before it meets the float32 weights).
+            return torch.tensor(values, dtype=torch.float64, device=self.device)
+        cfgs = [m.cfg for m in members]
+        self.lam = vector([c.lam for c in cfgs])
+        self.lr = vector([c.lr for c in cfgs])
+        self.mine_lr = vector([c.mine_lr for c in cfgs])
+        self.mi_lr = vector([c.mi_lr if c.mi_lr is not None else c.lr * c.lam for c in cfgs])
+        # lam = 0: a single run takes no MI step at all; here it is always masked.
+        self.no_mi_step = self.lam == 0
+
+        adam = members[0].model_opt.defaults
+        betas, eps = adam["betas"], adam["eps"]
+        self.model_adam = AdamState({**_prefixed("g.", self.g.params),
+                                     **_prefixed("f.", self.f.params)}, betas, eps)
+        self.mine_adam = AdamState(self.T.params, betas, eps)
+        self.mi_adam = (AdamState(self.g.params, betas, eps)
+                        if self.cfg.theta_update == "separate" else None)
+        self._load_optimizers()
+        self.guarded = torch.zeros(len(members), dtype=torch.int64, device=self.device)
+        self.theta_steps = 0
+        # A frozen member (diverged) takes no more steps; the others go on.
+        self.frozen = torch.zeros(len(members), dtype=torch.bool, device=self.device)
+
+    def freeze(self, member: int) -> None:
+        """Stop training one member: every later step of its weights, moments and counts is
+        masked (its state stays as it was when frozen)."""
+        self.frozen[member] = True
+
+    @property
+    def epoch(self) -> int:
+        return self.members[0].epoch
+
+    def _model_modules(self) -> list[nn.Module]:
+        return [_Named({"g": m.g, "f": m.f}) for m in self.members]
+
+    def _load_optimizers(self) -> None:
+        self.model_adam.load([m.model_opt for m in self.members], self._model_modules())
+        self.mine_adam.load([m.mine_opt for m in self.members], [m.mine.T for m in self.members])
+        if self.mi_adam is not None:
+            self.mi_adam.load([m.mi_opt for m in self.members], [m.g for m in self.members])
+
+    # -- one outer step -------------------------------------------------------------------
+    def _shuffled(self, c: torch.Tensor) -> torch.Tensor:
+        """c ([B, n, c_dim]) with each member's rows permuted by its own method generator, in
+        the order a single run draws them."""
+        n = c.shape[1]
+        perms = torch.stack([torch.randperm(n, generator=m.method_gen,
+                                            device=m.method_gen.device).to(self.device)
+                             for m in self.members])
+        return torch.gather(c, 1, perms.unsqueeze(2).expand(-1, -1, c.shape[2]))
+
+    def _scores(self, z: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = c.shape[1]
+        t = self.T(torch.cat([z, z], 1), torch.cat([c, self._shuffled(c)], 1))
+        return t[:, :n], t[:, n:]
+
+    def _critic_step(self, z: torch.Tensor, c: torch.Tensor) -> None:
+        t_joint, t_marg = self._scores(z, c)
+        log_mean_exp = torch.logsumexp(t_marg, dim=1) - math.log(t_marg.shape[1])
+        rate = self.cfg.mine_ema_rate
+        if rate is None:
+            objective = t_joint.mean(1) - log_mean_exp
+        else:
+            with torch.no_grad():
+                if rate == 1.0:
+                    moved = log_mean_exp
+                else:
+                    moved = torch.logaddexp(self.log_ema + math.log1p(-rate),
+                                            log_mean_exp + math.log(rate))
+                    moved = torch.where(torch.isnan(self.log_ema), log_mean_exp, moved)
+                self.log_ema.copy_(torch.where(self.frozen, self.log_ema, moved))
+            objective = t_joint.mean(1) - torch.exp(log_mean_exp - self.log_ema)
+        grads = torch.autograd.grad(-objective.sum(), list(self.T.params.values()))
+        self.mine_adam.update(self.T.params, dict(zip(self.T.params, grads, strict=True)),
+                              self.mine_lr, self.frozen)
+
+    def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, factor: float
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One outer step of every member on its batch (x [B, n, ...], y [B, n], c [B, n, d])
+        at lr x `factor` (the schedule's). Returns each member's task loss and MI estimate."""
+        z = self.g(x)
+        z_critic = z.detach()
+        for _ in range(self.cfg.K):
+            self._critic_step(z_critic, c)
+        logits = self.f(z)
+        loss_task = F.cross_entropy(logits.flatten(0, 1), y.flatten(),
+                                    reduction="none").view(y.shape).mean(1)
+        t_joint, t_marg = self._scores(z, c)
+        mi = t_joint.mean(1) - (torch.logsumexp(t_marg, dim=1) - math.log(t_marg.shape[1]))
+        skip = self.no_mi_step | self.frozen
+        if self.cfg.mi_guard:
+            guarded = ~(mi.detach() >= 0) & ~self.no_mi_step & ~self.frozen
+            self.guarded += guarded
+            skip |= guarded
+        self.theta_steps += 1
+        theta, psi = self.g.params, self.f.params
+        g_task = torch.autograd.grad(loss_task.sum(), [*theta.values(), *psi.values()],
+                                     retain_graph=True)
+        g_mi = torch.autograd.grad(mi.sum(), list(theta.values()))
+        task_theta = dict(zip(theta, g_task[:len(theta)], strict=True))
+        task_psi = dict(zip(psi, g_task[len(theta):], strict=True))
+        mi_theta = dict(zip(theta, g_mi, strict=True))
+        if self.cfg.rescale_mi_grad:
+            mi_theta = {k: _rescaled(task_theta[k], g) for k, g in mi_theta.items()}
+        lr = self.lr * factor
+        if self.mi_adam is None:  # "joint": one Adam step on the sum
+            combined = {}
+            for k, gt in task_theta.items():
+                shape = (-1,) + (1,) * (gt.dim() - 1)
+                summed = gt + self.lam.float().view(shape) * mi_theta[k]
+                combined[k] = torch.where(skip.view(shape), gt, summed)
+            self.model_adam.update({**_prefixed("g.", theta), **_prefixed("f.", psi)},
+                                   {**_prefixed("g.", combined), **_prefixed("f.", task_psi)},
+                                   lr, self.frozen)
+        else:
+            self.model_adam.update({**_prefixed("g.", theta), **_prefixed("f.", psi)},
+                                   {**_prefixed("g.", task_theta),
+                                    **_prefixed("f.", task_psi)}, lr, self.frozen)
+            self.mi_adam.update(theta, mi_theta, self.mi_lr * factor, skip)
+        return loss_task.detach(), mi.detach()
+
+    # -- an epoch -------------------------------------------------------------------------
+    def run_epoch(self) -> list[EpochStats]:
+        """One epoch of every member; each member's weights and optimiser states are then its
+        own again (`sync_members`)."""
+        start = time.perf_counter()
+        first = self.members[0]
+        for m in self.members:
+            for module in m.modules().values():
+                module.train()
+        orders = [m._permutation(len(m.bench.train)) for m in self.members]
+        self.guarded.zero_()
+        self.theta_steps = 0
+        bs = self.cfg.batch_size
+        n = len(first.bench.train)
+        steps_per_epoch = -(-n // bs)
+        losses, penalties = [], []
+        for step in range(steps_per_epoch):
+            rows = [order[step * bs:(step + 1) * bs] for order in orders]
+            if len(rows[0]) < 2:  # a shuffle (and a batch statistic) needs two rows
+                continue
+            factor = first.lr_factor(step, steps_per_epoch)
+            splits = [m.bench.train for m in self.members]
+            x = torch.stack([s.x[r] for s, r in zip(splits, rows, strict=True)])
+            y = torch.stack([s.y[r] for s, r in zip(splits, rows, strict=True)])
+            c = torch.stack([s.c[r] for s, r in zip(splits, rows, strict=True)])
+            loss_task, mi = self.update(x, y, c, factor)
+            losses.append(loss_task)
+            penalties.append(mi)
+        for m in self.members:
+            m.epoch += 1
+        self.sync_members()
+        time_s = time.perf_counter() - start
+        loss_means = _means(losses, len(self.members))
+        mi_means = _means(penalties, len(self.members))
+        guarded = self.guarded.tolist()
+        stats = []
+        for b, m in enumerate(self.members):
+            frac = (guarded[b] / self.theta_steps
+                    if self.cfg.mi_guard and m.cfg.lam > 0 and self.theta_steps else math.nan)
+            stats.append(EpochStats(m.epoch, loss_means[b], mi_means[b], time_s,
+                                    mi_batch=mi_means[b], guarded_frac=frac))
+        return stats
+
+    def sync_members(self) -> None:
+        """Each member's weights, MINE average and optimiser states from the bundle, so its
+        state_dict, evaluate() and estimates are a single run's."""
+        self.g.store()
+        self.f.store()
+        self.T.store()
+        with torch.no_grad():
+            for b, m in enumerate(self.members):
+                m.mine.log_ema.copy_(self.log_ema[b])
+        self.model_adam.store([m.model_opt for m in self.members], self._model_modules())
+        self.mine_adam.store([m.mine_opt for m in self.members],
+                             [m.mine.T for m in self.members])
+        if self.mi_adam is not None:
+            self.mi_adam.store([m.mi_opt for m in self.members], [m.g for m in self.members])
+        for b, m in enumerate(self.members):
+            if m.cfg.lam > 0:
+                m.theta_steps = self.theta_steps
+                m._guarded.copy_(self.guarded[b])
+
+
+class _Named(nn.Module):
+    """Modules under prefixes, so named_parameters() reads "g.…" and "f.…"."""
+
+    def __init__(self, modules: dict[str, nn.Module]) -> None:
+        super().__init__()
+        for name, module in modules.items():
+            self.add_module(name, module)
+
+
+def _prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {prefix + k: v for k, v in tensors.items()}
+
+
+def _rescaled(g_task: torch.Tensor, g_mi: torch.Tensor) -> torch.Tensor:
+    """Each member's slice of g_mi scaled to norm min(|g_task|, |g_mi|) (mi_backprop's
+    rescaled_mi_grad, per member)."""
+    mi_norm = g_mi.flatten(1).norm(dim=1)
+    scale = torch.minimum(g_task.flatten(1).norm(dim=1), mi_norm) / (mi_norm + 1e-12)
+    return g_mi * scale.view((-1,) + (1,) * (g_mi.dim() - 1))
+
+
+def _means(values: list[torch.Tensor], members: int) -> list[float]:
+    if not values:
+        return [math.nan] * members
+    return torch.stack(values).double().mean(0).tolist()
+
+
+def _format_of(p: torch.Tensor) -> torch.memory_format:
+    return (torch.channels_last if p.dim() == 4 and p.is_contiguous(
+        memory_format=torch.channels_last) and not p.is_contiguous()
+        else torch.contiguous_format)
+
+
+__all__ = ["MIBackpropBundle", "bundle_problems", "PER_MEMBER_FIELDS"]
