@@ -1,14 +1,14 @@
 """The benchmark-independent part of a Tune function trainable.
 
 `run_trial` trains the config's `method` (unbiased.methods.METHODS, default mi_backprop) for
-`epochs` epochs on a built benchmark, reports once per epoch
-with a checkpoint, and on a restart continues from `tune.get_checkpoint()` at the next epoch
-with the model, MINE, optimiser and RNG states it had. The final report also carries
-`mi_eval`: MI measured by a fresh statistics network trained on the frozen training features,
-`mi_eval_cond` (the same with c shuffled within each label) and `selected_epoch`: the last
-epoch, or with `select_epoch = "lowest_mi"` the epoch the label-free lowest-MI rule picks over
-the run (mi_eval is then measured every epoch; the final checkpoint holds that epoch's g and f
-under "selected").
+`epochs` epochs on a built benchmark, reports once per epoch with a checkpoint to its session
+(trainables/session.py: Tune's, or a test's), and on a restart continues from the session's
+checkpoint at the next epoch with the model, MINE, optimiser and RNG states it had. The final
+report also carries `mi_eval`: MI measured by a fresh statistics network trained on the
+frozen training features, `mi_eval_cond` (the same with c shuffled within each label) and
+`selected_epoch`: the last epoch, or with `select_epoch = "lowest_mi"` the epoch the
+label-free lowest-MI rule picks over the run (mi_eval is then measured every epoch; the final
+checkpoint holds that epoch's g and f under "selected").
 """
 
 from __future__ import annotations
@@ -21,18 +21,23 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import ray
 import torch
-from ray import tune
 
+from trainables.session import (
+    CHECKPOINT_FILE,
+    TrialSession,
+    TuneSession,
+    checkpoint_files,
+    machine_id,
+    read_checkpoint,
+)
 from unbiased.data import Benchmark
-from unbiased.methods import DEFAULT_METHOD, make_method
+from unbiased.methods import DEFAULT_METHOD, EpochStats, make_method
 from unbiased.settings import TrialSettings
 from unbiased.stopping import (
     CRITERION,
@@ -43,7 +48,7 @@ from unbiased.stopping import (
 )
 from unbiased.train import mi_eval
 
-CHECKPOINT_FILE = "state.pt"
+__all__ = ["CHECKPOINT_FILE", "machine_id", "run_trial", "Plan", "DeviceError", "pick_device"]
 # The seed of the selected epoch's second estimate is the trial seed plus this.
 REESTIMATE_SEED_OFFSET = 7_919
 
@@ -61,18 +66,6 @@ def divergence(metrics: dict, keys: tuple[str, ...] = ("loss_task", "penalty", "
         return None
     return (f"diverged at epoch {metrics['epoch']}: "
             + ", ".join(f"{k}={metrics[k]}" for k in bad))
-
-
-def machine_id() -> str:
-    """Which machine ran an epoch, across sessions and Ray restarts (hostnames repeat: every
-    development machine here is `vm`): /etc/machine-id's first 12 characters, else the
-    hostname. Per-epoch numbers differ across machines (docs/MEASURED.md), so comparisons
-    are made within one."""
-    try:
-        with open("/etc/machine-id") as f:
-            return f.read().strip()[:12] or socket.gethostname()
-    except OSError:
-        return socket.gethostname()
 
 
 class DeviceError(RuntimeError):
@@ -100,14 +93,6 @@ def pick_device(requested: str, gpu_ids: list | None = None) -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)
-
-
-def trial_gpu_ids() -> list:
-    """The GPUs Ray gave this trial (empty outside a Ray worker or without GPUs)."""
-    try:
-        return list(ray.get_gpu_ids()) if ray.is_initialized() else []
-    except Exception:  # noqa: BLE001 - outside a worker Ray may refuse; then there are none
-        return []
 
 
 def set_deterministic(device: torch.device) -> None:
@@ -213,34 +198,24 @@ class StoppingRecords:
         return self.kept.get(epoch) or {"g": state["g"], "f": state["f"]}
 
 
-def restore(algo) -> dict | None:
-    """The state of Tune's checkpoint put back into `algo` (None: a fresh start)."""
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is None:
+def restore(algo, session: TrialSession, member: str = "") -> dict | None:
+    """The state of the session's checkpoint put back into `algo` (None: a fresh start)."""
+    files = session.restore()
+    if files is None:
         return None
-    with checkpoint.as_directory() as ckpt_dir:
-        # On the CPU: RNG states must stay CPU byte tensors (map_location=cuda moved them
-        # onto the GPU, and every restore on a GPU crashed); load_state_dict copies the
-        # weights and optimiser states onto the trial's device.
-        state = torch.load(os.path.join(ckpt_dir, CHECKPOINT_FILE), map_location="cpu",
-                           weights_only=False)
+    state = read_checkpoint(files)[member]
     for note in algo.load_state_dict(state):
         print(f"restore: {note}", flush=True)
     return state
 
 
-def where_it_runs() -> dict[str, str]:
-    """The node and machine columns of every epoch. Hostnames repeat across Ray nodes on one
-    machine (and in some clusters); the node id not."""
-    return {"node": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
-            "machine": machine_id()}
-
-
-def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str]) -> dict:
-    """One epoch trained and evaluated: its metrics, mi_eval NaN until estimated. Wall
-    seconds of each part of an epoch: time_s (the training steps, measured by the method) +
-    eval_s + mi_eval_s + ckpt_s <= epoch_s; bench/epoch_cost.py prints them."""
-    stats = algo.run_epoch()
+def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
+                stats: EpochStats | None = None) -> dict:
+    """One epoch trained (unless its `stats` are given: a bundle trained it) and evaluated:
+    its metrics, mi_eval NaN until estimated. Wall seconds of each part of an epoch: time_s
+    (the training steps, measured by the method) + eval_s + mi_eval_s + ckpt_s <= epoch_s;
+    bench/epoch_cost.py prints them."""
+    stats = algo.run_epoch() if stats is None else stats
     eval_start = time.perf_counter()
     evaluated = algo.evaluate()
     eval_s = time.perf_counter() - eval_start
@@ -304,15 +279,14 @@ def select_epoch(algo, plan: Plan, rule: StoppingRecords | None, state: dict,
     return again_s
 
 
-def report_with_checkpoint(state: dict, metrics: dict, ckpt_start: float,
-                           epoch_start: float) -> None:
-    """The epoch's metrics to Tune, with `state` as its checkpoint (CHECKPOINT_FILE)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.save(state, os.path.join(tmp, CHECKPOINT_FILE))
-        now = time.perf_counter()
-        metrics["ckpt_s"] = now - ckpt_start
-        metrics["epoch_s"] = now - epoch_start
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+def report_with_checkpoint(session: TrialSession, states: dict[str, dict], metrics: dict,
+                           ckpt_start: float, epoch_start: float) -> None:
+    """The epoch's metrics to the session, with `states` (by member) as its checkpoint."""
+    files = checkpoint_files(states)
+    now = time.perf_counter()
+    metrics["ckpt_s"] = now - ckpt_start
+    metrics["epoch_s"] = now - epoch_start
+    session.report(metrics, files)
 
 
 def trial_config(config: dict) -> dict:
@@ -320,14 +294,14 @@ def trial_config(config: dict) -> dict:
     return {**{k: v for k, v in config.items() if k != "point"}, **(config.get("point") or {})}
 
 
-def trial_device(config: dict) -> torch.device | None:
+def trial_device(config: dict, session: TrialSession) -> torch.device | None:
     """The trial's device; None when it cannot have the one it was given, which is then
     reported, not raised: Tune would retry a raised error max_failures times."""
     try:
-        return pick_device(str(config.get("device", _TRIAL.device)), trial_gpu_ids())
+        return pick_device(str(config.get("device", _TRIAL.device)), session.gpu_ids())
     except DeviceError as exc:
         print(f"error: {exc}", flush=True)
-        tune.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
+        session.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
         return None
 
 
@@ -356,16 +330,20 @@ def _drop_unraisable_system_exit(previous: Callable[[Any], object]) -> Callable[
     return hook
 
 
-def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
-    """Train one trial under Tune. `build(config)` returns the benchmark (on CPU)."""
-    # Tune logs every checkpoint at INFO from the worker; the driver prints progress itself.
-    logging.getLogger("ray.train").setLevel(logging.WARNING)
-    logging.getLogger("ray.tune").setLevel(logging.WARNING)
-    quiet_sigterm_in_worker()
+def run_trial(config: dict, build: Callable[[dict], Benchmark],
+              session: TrialSession | None = None) -> None:
+    """Train one trial. `build(config)` returns the benchmark (on CPU); `session` is Tune's
+    unless given (a test's RecordingSession)."""
+    if session is None:
+        # Tune logs every checkpoint at INFO from the worker; the driver prints progress.
+        logging.getLogger("ray.train").setLevel(logging.WARNING)
+        logging.getLogger("ray.tune").setLevel(logging.WARNING)
+        quiet_sigterm_in_worker()
+        session = TuneSession()
     config = trial_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
-    device = trial_device(config)
+    device = trial_device(config, session)
     if device is None:
         return
     config = {**config, "device": str(device)}  # the build puts its tensors there too
@@ -377,36 +355,49 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark]) -> None:
     plan = plan.for_lam(algo.cfg.lam)
     # A method without an MI estimator of its own reports mi and mi_batch as NaN.
     watched = ("loss_task", "penalty") + (("mi_batch", "mi") if algo.has_mi_estimator else ())
-    restored = restore(algo)
+    restored = restore(algo, session)
     rule = StoppingRecords(plan.criterion, restored) if plan.stopping else None
     start_epoch = algo.epoch + 1
-    where = where_it_runs()
+    where = session.where()
 
     for epoch in range(start_epoch, plan.epochs + 1):
         if epoch == plan.fail_at and restored is None:
             raise InjectedFailure(f"injected failure at epoch {epoch} (fail_once_at_epoch)")
         epoch_start = time.perf_counter()
         metrics = train_epoch(algo, epoch, start_epoch, where)
-        diverged = divergence(metrics, watched)
-        if diverged:
+        state, ckpt_start = close_epoch(algo, plan, rule, metrics, watched)
+        if state is None:
             # Stop with the reason on record; no checkpoint (a NaN model is not worth resuming)
             # so a restart could not pick it up either. The sweep goes on without it.
-            metrics["diverged"] = diverged
             metrics["epoch_s"] = time.perf_counter() - epoch_start
-            tune.report(metrics)
+            session.report(metrics)
             return
-        estimated = plan.estimates_at(epoch)
+        report_with_checkpoint(session, {"": state}, metrics, ckpt_start, epoch_start)
+
+
+def close_epoch(algo, plan: Plan, rule: StoppingRecords | None, metrics: dict,
+                watched: tuple[str, ...]) -> tuple[dict | None, float]:
+    """After an epoch's training and evaluation: whether it diverged (then `diverged` in
+    metrics and no state), MI re-estimated where the plan says, the stopping rule's records,
+    and at the last epoch the selected epoch. Returns the state to checkpoint and when its
+    checkpoint's seconds (ckpt_s) began."""
+    diverged = divergence(metrics, watched)
+    if diverged:
+        metrics["diverged"] = diverged
+        return None, time.perf_counter()
+    epoch = int(metrics["epoch"])
+    estimated = plan.estimates_at(epoch)
+    if estimated:
+        mi_start = time.perf_counter()
+        metrics.update(estimate_mi(algo, plan))
+        metrics["mi_eval_s"] = time.perf_counter() - mi_start
+    ckpt_start = time.perf_counter()
+    state = algo.state_dict()
+    if rule is not None:
         if estimated:
-            mi_start = time.perf_counter()
-            metrics.update(estimate_mi(algo, plan))
-            metrics["mi_eval_s"] = time.perf_counter() - mi_start
-        ckpt_start = time.perf_counter()
-        state = algo.state_dict()
-        if rule is not None:
-            if estimated:
-                rule.add(epoch, metrics, state)
-            rule.store(state)
-        if epoch == plan.epochs:
-            # mi_eval's seconds, not the checkpoint's: ckpt_s starts after them.
-            ckpt_start += select_epoch(algo, plan, rule, state, metrics)
-        report_with_checkpoint(state, metrics, ckpt_start, epoch_start)
+            rule.add(epoch, metrics, state)
+        rule.store(state)
+    if epoch == plan.epochs:
+        # mi_eval's seconds, not the checkpoint's: ckpt_s starts after them.
+        ckpt_start += select_epoch(algo, plan, rule, state, metrics)
+    return state, ckpt_start

@@ -1,0 +1,154 @@
+"""What a trial needs from whoever runs it: `TrialSession`.
+
+`run_trial` (trainables/common.py) talks to a session, not to Tune: it reports each epoch's
+metrics with a checkpoint, asks for the checkpoint to continue from, and asks where it runs.
+A checkpoint is one state per member of the trial (a plain trial has one member, ""; a
+trial bundle one per grid point), made files by `checkpoint_files` in the trial (so its
+`ckpt_s` counts the writing) and read back by `read_checkpoint`: every session stores the
+same bytes. `TuneSession` is the adapter a Tune function trainable uses; `RecordingSession`
+keeps the reports and the last checkpoint's bytes in memory (tests drive the loop with it,
+without Ray).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import tempfile
+from typing import Protocol
+
+import torch
+
+# A plain trial's checkpoint file (every sweep before bundles wrote this name); a bundle
+# member's is state_<member>.pt.
+CHECKPOINT_FILE = "state.pt"
+
+
+class TrialSession(Protocol):
+    def restore(self) -> dict[str, bytes] | None:
+        """The files of the last checkpoint (None: a fresh start)."""
+
+    def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
+        """One report (an epoch, or a trial's end), with a checkpoint's files."""
+
+    def where(self) -> dict[str, str]:
+        """The node and machine columns of every epoch."""
+
+    def gpu_ids(self) -> list:
+        """The GPUs the runner gave this trial (empty: none)."""
+
+
+def checkpoint_name(member: str) -> str:
+    return CHECKPOINT_FILE if member == "" else f"state_{member}.pt"
+
+
+def checkpoint_files(states: dict[str, dict]) -> dict[str, bytes]:
+    """The files of a checkpoint: torch.save of each member's state."""
+    files = {}
+    for member, state in states.items():
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        files[checkpoint_name(member)] = buffer.getvalue()
+    return files
+
+
+def read_checkpoint(files: dict[str, bytes]) -> dict[str, dict]:
+    """The states of a checkpoint's files, by member. On the CPU: RNG states must stay CPU
+    byte tensors (map_location=cuda moved them onto the GPU, and every restore on a GPU
+    crashed); load_state_dict copies weights and optimiser states onto the trial's device."""
+    states = {}
+    for name, data in files.items():
+        if name == CHECKPOINT_FILE:
+            member = ""
+        elif name.startswith("state_") and name.endswith(".pt"):
+            member = name[len("state_"):-len(".pt")]
+        else:
+            continue
+        states[member] = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    return states
+
+
+def machine_id() -> str:
+    """Which machine ran an epoch, across sessions and Ray restarts (hostnames repeat: every
+    development machine here is `vm`): /etc/machine-id's first 12 characters, else the
+    hostname. Per-epoch numbers differ across machines (docs/MEASURED.md), so comparisons
+    are made within one."""
+    try:
+        with open("/etc/machine-id") as f:
+            return f.read().strip()[:12] or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+class TuneSession:
+    """The session of a Ray Tune function trainable."""
+
+    def restore(self) -> dict[str, bytes] | None:
+        from ray import tune
+
+        checkpoint = tune.get_checkpoint()
+        if checkpoint is None:
+            return None
+        with checkpoint.as_directory() as ckpt_dir:
+            files = {}
+            for name in os.listdir(ckpt_dir):
+                path = os.path.join(ckpt_dir, name)
+                if os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        files[name] = f.read()
+        return files
+
+    def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
+        from ray import tune
+
+        if checkpoint is None:
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in checkpoint.items():
+                with open(os.path.join(tmp, name), "wb") as f:
+                    f.write(data)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+
+    def where(self) -> dict[str, str]:
+        # Hostnames repeat across Ray nodes on one machine (and in some clusters); node ids not.
+        import ray
+
+        return {"node": socket.gethostname(),
+                "node_id": ray.get_runtime_context().get_node_id(), "machine": machine_id()}
+
+    def gpu_ids(self) -> list:
+        import ray
+
+        try:
+            return list(ray.get_gpu_ids()) if ray.is_initialized() else []
+        except Exception:  # noqa: BLE001 - outside a worker Ray may refuse; then there are none
+            return []
+
+
+class RecordingSession:
+    """Reports kept in memory with the last checkpoint's files: a test drives run_trial with
+    it, restarts from `checkpoint` (a new session given the old one's), and reads `reports`."""
+
+    def __init__(self, checkpoint: dict[str, bytes] | None = None,
+                 gpus: list | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.reports: list[dict] = []
+        self.checkpoints = 0  # reports that came with a checkpoint
+        self.gpus = gpus or []
+
+    def restore(self) -> dict[str, bytes] | None:
+        return None if self.checkpoint is None else dict(self.checkpoint)
+
+    def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
+        self.reports.append(dict(metrics))
+        if checkpoint is not None:
+            self.checkpoint = dict(checkpoint)
+            self.checkpoints += 1
+
+    def where(self) -> dict[str, str]:
+        return {"node": socket.gethostname(), "node_id": "local", "machine": machine_id()}
+
+    def gpu_ids(self) -> list:
+        return list(self.gpus)
