@@ -120,6 +120,7 @@ class SweepArgs:
     overwrite: bool = False
     dry_run: bool = False  # print the trials and settings, start nothing
     done: Path | None = None  # --done: an earlier run's per-epoch rows (sweeps/done.py)
+    bundle: int = 1  # --bundle: grid points per trial (trainables/bundle.py)
     tracker: tuple[str, ...] = ()  # sweeps/trackers: the trackers asked for (or resumed)
     tracking_uri: str | None = None
     wandb_project: str | None = None
@@ -253,6 +254,16 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                      help="print every trial's grid point and the settings they share, then "
                           "exit: no data loaded, no Ray started, nothing written")
     if not search:
+        run.add_argument("--bundle", type=POS_INT, default=1, metavar="N",
+                         help="train up to N grid points of mi_backprop with inner z 'batch' "
+                              "that share K and every other setting but lam, lr, mi_lr, "
+                              "mine_lr, seed and the data axes as one trial, vectorised "
+                              "(torch.func) in one process: each keeps its own rows, "
+                              "stopping rule and checkpoint. For GPUs, where a trial waits "
+                              "on kernel launches; on a CPU a bundle is slower than its "
+                              "points one by one (bench/RESULTS.md). --scheduler asha and "
+                              "lambda_search.py keep one point per trial; not with --tracker "
+                              "mlflow or wandb yet (default: 1, no bundles)")
         run.add_argument("--done", type=Path, metavar="CSV",
                          help="per-epoch rows of an earlier run of this grid (the CSV "
                               "sweeps/export_epochs.py writes): trials with all their epochs "
@@ -388,12 +399,20 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     if done is not None and not done.is_file():
         parser.error(f"argument --done: {done} is not a file")
     check_tracker_flags(parser, ns)
+    bundle = getattr(ns, "bundle", 1)
+    if bundle > 1 and values.get("scheduler") == "asha":
+        parser.error("argument --bundle: ASHA stops trials one by one and a bundle is one "
+                     "trial: use --scheduler fifo, or leave out --bundle")
+    if bundle > 1 and set(ns.tracker) & {"mlflow", "wandb"}:
+        parser.error("argument --bundle: a run per bundle member in MLflow or W&B is not "
+                     "built yet: leave out --tracker mlflow/wandb (TensorBoard logs every "
+                     "member), or leave out --bundle")
     out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
                      address=ns.address, storage_path=storage, resume=ns.resume,
                      overwrite=ns.overwrite, dry_run=ns.dry_run, done=done,
-                     tracker=ns.tracker,
+                     bundle=bundle, tracker=ns.tracker,
                      wandb_project=ns.wandb_project,
                      tracking_uri=ns.tracking_uri, explicit=frozenset(explicit))
 

@@ -215,12 +215,13 @@ class GridSpec:
                                  ) from None
         return points
 
-    def param_space(self, values: dict, points: list[dict]) -> dict:
+    def param_space(self, values: dict, trials: list[dict]) -> dict:
+        """Tune's grid: a trial per entry of `trials` (a point, or a bundle of points)."""
         from ray import tune
 
         return {**self.fixed_values(values),
                 "num_threads": max(1, int(float(values["cpus_per_trial"]))),
-                POINT_KEY: tune.grid_search(points)}
+                POINT_KEY: tune.grid_search(trials)}
 
     def result_columns(self) -> dict[str, str]:
         columns = {"method": "method", "lam": "lam", "K": "K", "seed": "seed",
@@ -230,6 +231,39 @@ class GridSpec:
 
     def param_keys(self) -> tuple[str, ...]:
         return ("method", *self.data_axes, "lam", "K", "seed")
+
+
+def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
+    """The trials of `points` under `--bundle size`: mi_backprop points with inner z
+    "batch" that agree on every setting but lam, lr, mi_lr, mine_lr (unbiased/methods/
+    bundle.py), the seed and the data axes go into bundles of up to `size` ({"members":
+    [point, ...]}, in grid order); every other point is a trial of its own. Trials keep the
+    grid's order (by their first point)."""
+    if size <= 1:
+        return points
+    from trainables.bundle import MEMBERS_KEY
+    from unbiased.methods import config_keys, method_config
+    from unbiased.methods.bundle import PER_MEMBER_FIELDS
+
+    shared_keys = [k for k in config_keys("mi_backprop") if k not in PER_MEMBER_FIELDS]
+    groups: dict[tuple, list[int]] = {}
+    for i, point in enumerate(points):
+        if point["method"] != "mi_backprop":
+            continue
+        cfg = method_config("mi_backprop", {**fixed, **point})
+        if cfg.inner_z != "batch":
+            continue
+        key = tuple(repr(getattr(cfg, k)) for k in shared_keys)
+        groups.setdefault(key, []).append(i)
+    first_of: dict[int, dict] = {i: point for i, point in enumerate(points)}
+    for members in groups.values():
+        for start in range(0, len(members), size):
+            chunk = members[start:start + size]
+            for i in chunk[1:]:
+                first_of.pop(i)
+            if len(chunk) > 1:
+                first_of[chunk[0]] = {MEMBERS_KEY: [points[i] for i in chunk]}
+    return [first_of[i] for i in sorted(first_of)]
 
 
 def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
@@ -251,8 +285,9 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
         points, finished, done_line = take_done(spec, args, points)
+        trials = bundle_points(points, args.bundle, spec.fixed_values(args.values))
         if args.dry_run:
-            dry_run(spec, args, points, done_line)
+            dry_run(spec, args, trials, done_line)
             return 0
         if points:
             check_local_gpu(args)
@@ -263,7 +298,9 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         keep_done(args, finished)
         trackers.start(args, spec.experiment)
         print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
-              f"{args['epochs']} epochs each -> {args.out}", flush=True)
+              f"{args['epochs']} epochs each -> {args.out}"
+              + (f"; {len(trials)} Tune trials (--bundle {args.bundle})"
+                 if len(trials) < len(points) else ""), flush=True)
         for line in [*lines, *done_line]:
             print(line, flush=True)
         grid = []
@@ -275,8 +312,8 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
                          "gpu": float(args["gpus_per_trial"])}
             grid = run_tuner(args, spec.experiment,
                              tune.with_parameters(spec.trainable(), **loaded),
-                             spec.param_space(args.values, points), resources,
-                             param_keys=spec.param_keys(), n_trials=len(points))
+                             spec.param_space(args.values, trials), resources,
+                             param_keys=spec.param_keys(), n_trials=len(trials))
         df = results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns(),
                            done=done_trials(finished, spec.fixed_values(args.values)))
         if spec.extra_rows is not None:
@@ -345,15 +382,23 @@ def keep_done(args: SweepArgs, finished: list[tuple[dict, pd.DataFrame]]) -> Non
         path.unlink(missing_ok=True)
 
 
-def dry_run(spec: GridSpec, args: SweepArgs, points: list[dict],
+def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
             notes: Sequence[str] = ()) -> None:
-    """What the sweep would run: one line per trial, then the settings every trial shares."""
+    """What the sweep would run: one line per grid point (with --bundle, the Tune trial it
+    trains in), then the settings every trial shares."""
+    from trainables.bundle import MEMBERS_KEY
+
+    points = [(i, p) for i, trial in enumerate(trials)
+              for p in trial.get(MEMBERS_KEY, [trial])]
+    bundled = len(points) > len(trials)
     print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials, "
-          f"{args['epochs']} epochs each -> {args.out} (dry run: nothing started)")
+          f"{args['epochs']} epochs each -> {args.out} (dry run: nothing started)"
+          + (f"; {len(trials)} Tune trials (--bundle {args.bundle})" if bundled else ""))
     for line in notes:
         print(line)
-    keys = [k for k in spec.param_keys() if any(p.get(k) is not None for p in points)]
-    rows = [{k: "-" if p.get(k) is None else p[k] for k in keys} for p in points]
+    keys = [k for k in spec.param_keys() if any(p.get(k) is not None for _, p in points)]
+    rows = [{**({"bundle": i} if bundled else {}),
+             **{k: "-" if p.get(k) is None else p[k] for k in keys}} for i, p in points]
     print(pd.DataFrame(rows, dtype=object).to_string(index=False))
     fixed = spec.fixed_values(args.values)
     print("shared: " + ", ".join(f"{k}={fixed[k]}" for k in sorted(fixed)))

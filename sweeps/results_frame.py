@@ -61,7 +61,7 @@ def results_frame(result_grid, experiment: str, benchmark: str,
             trial_id = str(df["trial_id"].iloc[-1])
             # A restarted trial may have re-reported an epoch: keep the last report of each.
             df = df.drop_duplicates(subset="epoch", keep="last")
-        trials.append((df, config, trial_id, result.error))
+        trials += bundle_members(df, config, trial_id, result.error)
     trials += [(df, config, trial_id, None) for df, config, trial_id in done]
     frames = []
     for df, config, trial_id, error in trials:
@@ -108,6 +108,30 @@ def results_frame(result_grid, experiment: str, benchmark: str,
         if column in df.columns:
             df[column] = df[column].astype("string")
     return df.sort_values(["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
+
+
+def bundle_members(df: pd.DataFrame, config: dict, trial_id: str, error
+                   ) -> list[tuple[pd.DataFrame, dict, str, object]]:
+    """A trial as (rows, flat config, id, error) per grid point: itself, or each member of a
+    bundle (trainables/bundle.py: its columns under "m<i>/", its id the trial's + "_m<i>",
+    the epochs it reported; a member that diverged stops reporting)."""
+    from trainables.bundle import MEMBERS_KEY, member_key
+
+    if MEMBERS_KEY not in config:
+        return [(df, config, trial_id, error)]
+    shared = {k: v for k, v in config.items() if k != MEMBERS_KEY}
+    out = []
+    for i, point in enumerate(config[MEMBERS_KEY]):
+        prefix = f"{member_key(i)}/"
+        own = df[[c for c in df.columns if c.startswith(prefix)]]
+        own = own.rename(columns={c: c[len(prefix):] for c in own.columns})
+        if "epoch" in own.columns:
+            own = own[own["epoch"].notna()].astype({"epoch": "int64"})
+        if own.empty:  # the bundle never reported (an error before its first epoch)
+            own = pd.DataFrame({"epoch": [0]})
+        out.append((own.reset_index(drop=True), {**shared, **point},
+                    f"{trial_id}_{member_key(i)}", error))
+    return out
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:

@@ -131,22 +131,32 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int):
             self.start = time.time()
 
         def _tag(self, trial) -> str:
-            config = flat_config(trial.config)
-            return " ".join(f"{k}={config[k]}" for k in param_keys if k in config)
+            return " | ".join(_point_tag(point, param_keys)
+                              for point in _points(flat_config(trial.config)))
 
         def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
             if result.get("device_error"):
                 print(f"[{time.time() - self.start:6.0f}s] {self._tag(trial)}: error: "
                       f"{result['device_error']} (not retried)", flush=True)
                 return
-            fields = [f"epoch {result.get('epoch')}/{trial.config.get('epochs')}"]
-            for key in ("train_acc", "test_acc", "mi", "penalty", "mi_eval", "mi_eval_cond",
-                        "eo"):
-                value = result.get(key)
-                if isinstance(value, float) and not math.isnan(value):
-                    fields.append(f"{key} {value:.3f}")
-            print(f"[{time.time() - self.start:6.0f}s] {self._tag(trial)}: "
-                  + ", ".join(fields), flush=True)
+            from trainables.bundle import member_key
+
+            points = _points(flat_config(trial.config))
+            for i, point in enumerate(points):
+                # a bundle's member reports under "m<i>/" (trainables/bundle.py)
+                prefix = f"{member_key(i)}/" if len(points) > 1 else ""
+                if f"{prefix}epoch" not in result:
+                    continue  # a bundle member that diverged earlier
+                fields = [f"epoch {result.get('epoch')}/{trial.config.get('epochs')}"]
+                for key in ("train_acc", "test_acc", "mi", "penalty", "mi_eval",
+                            "mi_eval_cond", "eo", "diverged"):
+                    value = result.get(prefix + key)
+                    if isinstance(value, float) and not math.isnan(value):
+                        fields.append(f"{key} {value:.3f}")
+                    elif isinstance(value, str):
+                        fields.append(value)
+                print(f"[{time.time() - self.start:6.0f}s] {_point_tag(point, param_keys)}: "
+                      + ", ".join(fields), flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info) -> None:
             # Counted from Tune's trials, not kept: a resumed run goes on from the trials the
@@ -161,3 +171,14 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int):
                   flush=True)
 
     return Progress()
+
+
+def _points(config: dict) -> list[dict]:
+    """A trial's grid points: its own config, or a bundle's members' (trainables/bundle.py)."""
+    from trainables.bundle import MEMBERS_KEY, member_configs
+
+    return member_configs(config) if MEMBERS_KEY in config else [config]
+
+
+def _point_tag(config: dict, param_keys: tuple[str, ...]) -> str:
+    return " ".join(f"{k}={config[k]}" for k in param_keys if k in config)

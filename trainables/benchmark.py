@@ -2,14 +2,16 @@
 
 A trial trains on `SPEC.build(config, **loaded)` of its benchmark (unbiased.benchmarks), where
 `loaded` is what the driver's `SPEC.load` read once and `tune.with_parameters` put in the
-object store; without it a build reads its own data. Everything else is run_trial's.
+object store; without it a build reads its own data. Everything else is run_trial's, or
+run_bundle's for a trial of several grid points (`--bundle`, trainables/bundle.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainables.common import run_trial
+from trainables.bundle import MEMBERS_KEY, run_bundle
+from trainables.common import run_trial, trial_config
 from unbiased.benchmarks import benchmark_spec
 
 
@@ -28,7 +30,8 @@ def trainable_for(name: str) -> Callable[..., None]:
     spec = benchmark_spec(name)
 
     def train(config: dict, **loaded: object) -> None:
-        run_trial(config, lambda cfg: spec.build(cfg, **loaded))
+        run = run_bundle if MEMBERS_KEY in trial_config(config) else run_trial
+        run(config, lambda cfg: spec.build(cfg, **loaded))
 
     train.__name__ = train.__qualname__ = f"train_{name}"
     return train

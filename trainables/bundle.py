@@ -119,6 +119,8 @@ def run_bundle(config: dict, build: Callable[[dict], Benchmark],
             if f"{key}/epoch" in report:
                 report[f"{key}/ckpt_s"] = report["ckpt_s"]
                 report[f"{key}/epoch_s"] = report["epoch_s"]
+        if len(diverged) == len(keys):
+            report["diverged"] = "every member diverged"  # the trial ends here
         session.report(report, checkpoint)
         if len(diverged) == len(keys):
             return

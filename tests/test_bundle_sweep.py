@@ -1,0 +1,82 @@
+"""`--bundle N`: grid points trained as one Tune trial (trainables/bundle.py), with the
+results contract of one trial per point."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from sweeps.core import bundle_points
+from tests.drivers import run_main
+
+SMALL = ["--width", "8", "--train-eval-rows", "500"]
+TINY = ["--seeds", "0", "--epochs", "2", "--K", "2", "--batch-size", "256",
+        "--mi-eval-steps", "30", "--device", "cpu", *SMALL]
+
+
+def _point(lam, seed=0, sigma=0.03, method="mi_backprop", K=2):
+    point = {"sigma": sigma, "method": method, "lam": lam, "seed": seed}
+    return {**point, "K": K} if method == "mi_backprop" else point
+
+
+def test_points_that_share_their_settings_go_into_bundles_in_grid_order():
+    fixed = {"inner_z": "batch", "batch_size": 64}
+    points = [_point(0.0), _point(1.0), _point(0.0, sigma=0.045), _point(1.0, K=4),
+              _point(1.0, method="hsic"), _point(1.0, sigma=0.045), _point(0.5, seed=1)]
+    trials = bundle_points(points, 3, fixed)
+    assert trials == [{"members": [points[0], points[1], points[2]]}, points[3], points[4],
+                      {"members": [points[5], points[6]]}]
+    assert bundle_points(points, 1, fixed) == points
+    # inner z other than "batch": no bundle
+    assert bundle_points(points, 3, {**fixed, "inner_z": "fresh"}) == points
+
+
+def test_dry_run_shows_which_trial_each_point_trains_in(tmp_path):
+    ran = run_main("digits_grid", "--sigma", "0.03,0.045", "--lam", "0,0.5,1", "--bundle", "4",
+                   *TINY, "--inner-z", "batch", "--dry-run", "--out", str(tmp_path / "o"))
+    assert ran.returncode == 0, ran.stderr
+    assert "6 trials" in ran.stdout and "2 Tune trials (--bundle 4)" in ran.stdout
+    table = ran.stdout.splitlines()[1:8]
+    assert table[0].split()[0] == "bundle"
+    assert [line.split()[0] for line in table[1:]] == ["0", "0", "0", "0", "1", "1"]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--bundle", "0"], "argument --bundle"),
+    (["--bundle", "2", "--scheduler", "asha"], "ASHA stops trials one by one"),
+    (["--bundle", "2", "--tracker", "mlflow"], "not built yet"),
+])
+def test_a_bundle_that_cannot_run_is_one_error_line(args, needle, tmp_path):
+    ran = run_main("digits_grid", *args, "--out", str(tmp_path / "o"))
+    assert ran.returncode == 2
+    assert needle in ran.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.ray
+def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys):
+    from sweeps.digits_grid import main
+
+    out = tmp_path / "digits"
+    rc = main(["--sigma", "0.03,0.045", "--lam", "0,1", "--method", "mi_backprop,hsic",
+               "--bundle", "3", "--inner-z", "batch", *TINY, "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "6 trials" in printed and "4 Tune trials (--bundle 3)" in printed
+    df = pd.read_parquet(out / "results.parquet")
+    # 4 mi_backprop points (two bundles: 3 and 1 point) and 2 hsic trials, 2 epochs each
+    assert len(df) == 12 and df["trial_id"].nunique() == 6
+    assert all(sorted(epochs) == [1, 2] for _, epochs in df.groupby("trial_id")["epoch"])
+    assert df.groupby("trial_id")["selected"].sum().eq(1).all()
+    members = df[df["trial_id"].str.contains(r"_m\d$")]
+    assert members["trial_id"].nunique() == 3 and (members["method"] == "mi_backprop").all()
+    for _, row in members.iterrows():  # each member's own config, lam and sigma
+        config = json.loads(row["config"])
+        assert "members" not in config
+        assert (config["lam"], config["sigma"]) == (row["lam"], row["sigma"])
+    assert members[members["epoch"] == 2]["mi_eval"].notna().all()
+    assert set(df["status"]) <= {"ok"} | {s for s in df["status"] if s.startswith("ok")}
+    assert "lam=1.0 K=2 seed=0: epoch 2/2" in printed  # a progress line per member
+    assert (out / "table.md").is_file()
