@@ -46,7 +46,7 @@ def test_dry_run_shows_which_trial_each_point_trains_in(tmp_path):
 @pytest.mark.parametrize(("args", "needle"), [
     (["--bundle", "0"], "argument --bundle"),
     (["--bundle", "2", "--scheduler", "asha"], "ASHA stops trials one by one"),
-    (["--bundle", "2", "--tracker", "mlflow"], "not built yet"),
+    (["--bundle", "2", "--tracker", "wandb"], "not built yet"),
 ])
 def test_a_bundle_that_cannot_run_is_one_error_line(args, needle, tmp_path):
     ran = run_main("digits_grid", *args, "--out", str(tmp_path / "o"))
@@ -61,7 +61,8 @@ def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys):
 
     out = tmp_path / "digits"
     rc = main(["--sigma", "0.03,0.045", "--lam", "0,1", "--method", "mi_backprop,hsic",
-               "--bundle", "3", "--inner-z", "batch", *TINY, "--out", str(out)])
+               "--bundle", "3", "--inner-z", "batch", *TINY, "--tracker", "mlflow",
+               "--out", str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "6 trials" in printed and "4 Tune trials (--bundle 3)" in printed
@@ -80,3 +81,23 @@ def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys):
     assert set(df["status"]) <= {"ok"} | {s for s in df["status"] if s.startswith("ok")}
     assert "lam=1.0 K=2 seed=0: epoch 2/2" in printed  # a progress line per member
     assert (out / "table.md").is_file()
+    # MLflow: a nested run per grid point, a member's histories its rows
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.trackers.mlflow_runs import default_uri
+
+    client = MlflowClient(tracking_uri=default_uri(out))
+    experiment = client.get_experiment_by_name(out.resolve().name)
+    runs = [r for r in client.search_runs([experiment.experiment_id])
+            if "mlflow.parentRunId" in r.data.tags]
+    assert {r.data.tags["trial_id"] for r in runs} == set(df["trial_id"])
+    for run in runs:
+        rows = df[df["trial_id"] == run.data.tags["trial_id"]].sort_values("epoch")
+        assert run.data.tags["lam"] == str(rows["lam"].iloc[0])
+        history = sorted(client.get_metric_history(run.info.run_id, "test_acc"),
+                         key=lambda m: m.step)
+        assert [(m.step, m.value) for m in history] == list(zip(rows["epoch"],
+                                                                rows["test_acc"],
+                                                                strict=True))
+        assert run.data.tags["selected_epoch"] == str(int(rows.loc[rows["selected"],
+                                                                   "epoch"].iloc[0]))

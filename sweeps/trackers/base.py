@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweeps.common import SweepError
+from sweeps.common import SweepError, flat_config
 from unbiased.benchmarks import all_specs
 
 if TYPE_CHECKING:
@@ -40,6 +40,29 @@ def number(value: object) -> bool:
 def metrics_of(result: dict) -> dict[str, float]:
     """The trial's own metrics in one Tune result."""
     return {k: float(v) for k, v in result.items() if k not in NOT_METRICS and number(v)}
+
+
+def grid_points(trial) -> list[tuple[str, dict]]:
+    """(trial id, flat config) of each grid point a Tune trial trains: itself, or each member
+    of a `--bundle` trial (trainables/bundle.py), whose id is the trial's + "_m<i>" as in
+    results.parquet."""
+    from trainables.bundle import MEMBERS_KEY, member_configs, member_key
+
+    config = flat_config(trial.config)
+    if MEMBERS_KEY not in config:
+        return [(trial.trial_id, config)]
+    return [(f"{trial.trial_id}_{member_key(i)}", member)
+            for i, member in enumerate(member_configs(config))]
+
+
+def member_result(result: dict, index: int) -> dict | None:
+    """A bundle member's part of a trial's result (its keys without their "m<i>/"), None when
+    it reported nothing this epoch (it diverged earlier)."""
+    from trainables.bundle import member_key
+
+    prefix = f"{member_key(index)}/"
+    own = {k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}
+    return own if "epoch" in own else None
 
 
 def tags_of(config: dict) -> dict[str, str]:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweeps import ray_private
-from sweeps.common import SweepError, flat_config
-from sweeps.trackers.base import Tracker, metrics_of, tags_of
+from sweeps.common import SweepError
+from sweeps.trackers.base import Tracker, grid_points, member_result, metrics_of, tags_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -113,8 +113,9 @@ def _trial_runs_callback():
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     class TrialRuns(MLflowLoggerCallback):
-        """Ray's MLflow logger with one nested run per trial that a resumed sweep continues:
-        a trial already logged (same trial id, same parent run) gets its run back, and
+        """Ray's MLflow logger with one nested run per grid point (a trial's, or each member
+        of a `--bundle` trial's, with the member's trial id) that a resumed sweep continues:
+        a point already logged (same trial id, same parent run) gets its run back, and
         epochs it already logged are not logged twice."""
 
         def __init__(self, state: dict, param_keys: tuple[str, ...]) -> None:
@@ -126,26 +127,29 @@ def _trial_runs_callback():
         def setup(self, *args, **kwargs) -> None:
             super().setup(*args, **kwargs)
             self._logged: dict[str, int] = {}  # run id -> last epoch logged
+            self._runs: dict = {}  # trial -> the run of each grid point it trains
 
         def _client(self):
             return ray_private.mlflow_client(self)
 
-        def _existing_run(self, trial) -> str | None:
+        def _existing_run(self, trial_id: str) -> str | None:
             runs = self._client().search_runs(
                 [ray_private.mlflow_util(self).experiment_id],
-                filter_string=(f"tags.trial_id = '{trial.trial_id}' and "
+                filter_string=(f"tags.trial_id = '{trial_id}' and "
                                f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"),
                 max_results=1)
             return runs[0].info.run_id if runs else None
 
         def log_trial_start(self, trial) -> None:
             trial_runs, util = ray_private.mlflow_trial_runs(self), ray_private.mlflow_util(self)
-            if trial not in trial_runs:
-                config = flat_config(trial.config)
-                run_id = self._existing_run(trial)
+            if trial in trial_runs:
+                return
+            run_ids = []
+            for trial_id, config in grid_points(trial):
+                run_id = self._existing_run(trial_id)
                 if run_id is None:
                     tags = {"mlflow.parentRunId": self.parent_run_id,
-                            "trial_id": trial.trial_id, "trial_name": str(trial)}
+                            "trial_id": trial_id, "trial_name": str(trial)}
                     tags.update(tags_of(config))
                     name = " ".join(f"{k}={config[k]}" for k in self.param_keys
                                     if k in config)
@@ -156,24 +160,27 @@ def _trial_runs_callback():
                     client.update_run(run_id, status="RUNNING")
                     history = client.get_metric_history(run_id, "train_acc")
                     self._logged[run_id] = max((m.step for m in history), default=0)
-                trial_runs[trial] = run_id
+                run_ids.append(run_id)
+            self._runs[trial] = run_ids
+            trial_runs[trial] = run_ids[0]  # Ray's own record of the trial's run
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
             from mlflow.entities import Metric
 
-            run_id = ray_private.mlflow_trial_runs(self)[trial]
+            run_ids = self._runs[trial]
             epoch = int(result.get("epoch", result.get("training_iteration", 0)))
-            if epoch <= self._logged.get(run_id, 0):
-                return  # re-reported after a restart from the previous epoch's checkpoint
             now = int(result.get("timestamp", 0) * 1000)
-            metrics = [Metric(key, value, now, epoch)
-                       for key, value in metrics_of(result).items()]
-            self._client().log_batch(run_id, metrics=metrics)
-            self._logged[run_id] = epoch
+            for i, run_id in enumerate(run_ids):
+                own = member_result(result, i) if len(run_ids) > 1 else result
+                if own is None or epoch <= self._logged.get(run_id, 0):
+                    continue  # a member that diverged earlier; or re-reported after a restart
+                metrics = [Metric(key, value, now, epoch)
+                           for key, value in metrics_of(own).items()]
+                self._client().log_batch(run_id, metrics=metrics)
+                self._logged[run_id] = epoch
 
         def log_trial_end(self, trial, failed: bool = False) -> None:
-            run_id = ray_private.mlflow_trial_runs(self).get(trial)
-            if run_id is not None:
+            for run_id in self._runs.pop(trial, []):
                 ray_private.mlflow_util(self).end_run(run_id=run_id,
                                                       status="FAILED" if failed else "FINISHED")
 

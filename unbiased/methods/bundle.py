@@ -148,10 +148,12 @@ class StackedModule:
         self.buffers = {k: torch.stack([dict(m.named_buffers())[k] for m in modules])
                         for k, _ in modules[0].named_buffers()}
 
-    def __call__(self, *args: torch.Tensor) -> torch.Tensor:
+    def __call__(self, *args: torch.Tensor, member_dim: int = 0) -> torch.Tensor:
+        """The members' outputs stacked on dim 0; the inputs' member axis is `member_dim`."""
         def one(params, buffers, *inputs):
             return functional_call(self.base, (params, buffers), inputs)
-        return vmap(one)(self.params, self.buffers, *args)
+        in_dims = (0, 0, *([member_dim] * len(args)))
+        return vmap(one, in_dims=in_dims)(self.params, self.buffers, *args)
 
     @torch.no_grad()
     def store(self) -> None:
@@ -258,9 +260,12 @@ class MIBackpropBundle:
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, factor: float
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One outer step of every member on its batch (x [B, n, ...], y [B, n], c [B, n, d])
-        at lr x `factor` (the schedule's). Returns each member's task loss and MI estimate."""
-        z = self.g(x)
+        """One outer step of every member on its batch (x [n, B, ...], y [B, n], c [B, n, d])
+        at lr x `factor` (the schedule's). Returns each member's task loss and MI estimate.
+        x has the member axis second: vmap turns a convolution of B members into one
+        grouped convolution of [n, B x channels] images, a free reshape in that layout
+        (bench/RESULTS.md, "Trial bundles")."""
+        z = self.g(x, member_dim=1)
         z_critic = z.detach()
         for _ in range(self.cfg.K):
             self._critic_step(z_critic, c)
@@ -323,7 +328,7 @@ class MIBackpropBundle:
                 continue
             factor = first.lr_factor(step, steps_per_epoch)
             splits = [m.bench.train for m in self.members]
-            x = torch.stack([s.x[r] for s, r in zip(splits, rows, strict=True)])
+            x = torch.stack([s.x[r] for s, r in zip(splits, rows, strict=True)], dim=1)
             y = torch.stack([s.y[r] for s, r in zip(splits, rows, strict=True)])
             c = torch.stack([s.c[r] for s, r in zip(splits, rows, strict=True)])
             loss_task, mi = self.update(x, y, c, factor)
