@@ -101,3 +101,53 @@ def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys):
                                                                 strict=True))
         assert run.data.tags["selected_epoch"] == str(int(rows.loc[rows["selected"],
                                                                    "epoch"].iloc[0]))
+
+
+@pytest.mark.ray
+def test_a_sigkilled_bundle_resumes_every_member_exactly(ray_local, tmp_path,
+                                                          checked_at_the_end):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.test_group_signal import check_no_ray_left_after_sigkill, ray_under
+
+    root = Path(__file__).resolve().parents[1]
+    args = ["--sigma", "0.03", "--lam", "0,0.5,1", "--bundle", "3", "--inner-z", "batch",
+            *TINY, "--epochs", "3"]
+    killed_out, straight_out = tmp_path / "killed", tmp_path / "straight"
+    proc = subprocess.Popen([sys.executable, str(root / "sweeps" / "digits_grid.py"), *args,
+                             "--out", str(killed_out)], cwd=root, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    try:
+        for line in proc.stdout:  # the bundle's epoch 2 reported (with its checkpoint)
+            if "lam=1.0 K=2 seed=0: epoch 2/3" in line:
+                break
+            assert time.time() < deadline, "no second epoch in time"
+        ray, session = ray_under(proc.pid)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    check_no_ray_left_after_sigkill(ray, session, time.time(), checked_at_the_end)
+
+    resumed = run_main("digits_grid", *args, "--out", str(killed_out), "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert run_main("digits_grid", *args, "--out", str(straight_out)).returncode == 0
+    clock = ["time_s", "epoch_s", "eval_s", "mi_eval_s", "ckpt_s", "start_epoch", "node",
+             "node_id", "trial_id", "config"]
+    runs = []
+    for out in (killed_out, straight_out):
+        df = pd.read_parquet(out / "results.parquet").sort_values(["lam", "epoch"])
+        assert all(sorted(e) == [1, 2, 3] for _, e in df.groupby("trial_id")["epoch"])
+        runs.append(df.drop(columns=clock).reset_index(drop=True))
+    killed, straight = runs
+    pd.testing.assert_frame_equal(killed, straight)
+    starts = pd.read_parquet(killed_out / "results.parquet")
+    # Continued from a checkpoint (epoch 1's or 2's, wherever the kill landed), not afresh.
+    assert set(starts.loc[starts["epoch"] == 3, "start_epoch"]) <= {2, 3}

@@ -1,5 +1,5 @@
 """What only a CUDA device can show (skipped without one; `make gpu-check` runs them):
-no host sync inside the inner MINE steps as CUDA itself counts them, and what repeats with
+no host sync inside an epoch's outer steps as CUDA itself counts them, and what repeats with
 and without `--deterministic`. The CPU halves of these checks are tests/test_host_syncs.py
 and tests/test_reliability.py (same config and seed, identical metrics).
 """
@@ -38,7 +38,7 @@ def _weights(algo) -> list[torch.Tensor]:
     return [p.detach().cpu().clone() for m in algo.modules().values() for p in m.parameters()]
 
 
-def test_cuda_counts_at_most_one_sync_per_outer_step(grey_digits):
+def test_cuda_counts_no_sync_in_an_outer_step(grey_digits):
     algo = make_method("mi_backprop", _bench(grey_digits), VALUES, seed=0, device="cuda")
     algo.run_epoch()  # warm-up: first-call allocations and lazy initialisation
     steps = -(-len(algo.bench.train) // algo.cfg.batch_size)
@@ -53,8 +53,9 @@ def test_cuda_counts_at_most_one_sync_per_outer_step(grey_digits):
     # (torch also warns once that the debug mode is a prototype: not a sync.)
     syncs = [w for w in caught if "synchroniz" in str(w.message)
              and "prototype" not in str(w.message)]
-    # mi_guard reads each batch's estimate once; the epoch's two means at its end.
-    assert len(syncs) <= steps + 2, (len(syncs), steps, str(syncs[0].message))
+    # None per step (mi_guard masks on the device); the epoch's mean loss, penalty and
+    # guarded fraction at its end.
+    assert steps >= 4 and len(syncs) <= 3, (len(syncs), steps, [str(w.message) for w in syncs])
 
 
 def _two_epochs(grey_digits) -> list[torch.Tensor]:
