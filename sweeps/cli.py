@@ -262,8 +262,8 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                               "stopping rule and checkpoint. For GPUs, where a trial waits "
                               "on kernel launches; on a CPU a bundle is slower than its "
                               "points one by one (bench/RESULTS.md). --scheduler asha and "
-                              "lambda_search.py keep one point per trial; not with --tracker "
-                              "wandb yet (default: 1, no bundles)")
+                              "lambda_search.py keep one point per trial (default: 1, no "
+                              "bundles)")
         run.add_argument("--done", type=Path, metavar="CSV",
                          help="per-epoch rows of an earlier run of this grid (the CSV "
                               "sweeps/export_epochs.py writes): trials with all their epochs "
@@ -403,10 +403,6 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     if bundle > 1 and values.get("scheduler") == "asha":
         parser.error("argument --bundle: ASHA stops trials one by one and a bundle is one "
                      "trial: use --scheduler fifo, or leave out --bundle")
-    if bundle > 1 and "wandb" in ns.tracker:
-        parser.error("argument --bundle: a W&B run per bundle member is not built yet: "
-                     "leave out --tracker wandb (MLflow and TensorBoard log every member), "
-                     "or leave out --bundle")
     out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,

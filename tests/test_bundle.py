@@ -160,6 +160,44 @@ def test_a_frozen_member_stays_as_it_was_and_the_others_go_on(float64):
         assert math.isfinite(stats[b].loss_task)
 
 
+def test_batched_draws_shuffle_each_member_anew_and_resume_at_an_epoch(float64):
+    # One draw a step for every member's K + 1 shuffles (a GPU's form): each a permutation,
+    # different across members and steps; a bundle rebuilt from its members' checkpoints at
+    # an epoch's start goes on as the straight one.
+    torch.set_num_threads(1)
+    bench = _double(biased_tabular(n=192))
+    cfg = {**CRITIC, "theta_update": "separate"}
+
+    def members():
+        return [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed)
+                for lam, seed in POINTS]
+    straight = MIBackpropBundle(members(), draws="batched")
+    straight._draw_step(64)
+    perms = straight._perms
+    assert perms.shape == (CRITIC["K"] + 1, 3, 64)
+    assert torch.equal(perms.sort(-1).values, torch.arange(64).expand_as(perms))
+    assert not torch.equal(perms[0, 0], perms[0, 1]) and not torch.equal(perms[0, 0],
+                                                                         perms[1, 0])
+    straight = MIBackpropBundle(members(), draws="batched")
+    straight.run_epoch()
+    saved = [m.state_dict() for m in straight.members]
+    straight.run_epoch()
+    resumed_members = members()
+    for m, state in zip(resumed_members, saved, strict=True):
+        m.load_state_dict(state)
+    resumed = MIBackpropBundle(resumed_members, draws="batched")
+    resumed.run_epoch()
+    for a, b in zip(straight.members, resumed.members, strict=True):
+        for key, value in _tensors(a).items():
+            torch.testing.assert_close(value, _tensors(b)[key], rtol=0, atol=0,
+                                       equal_nan=True, msg=key)
+    exact = MIBackpropBundle(members(), draws="exact")
+    exact.run_epoch()
+    exact.run_epoch()
+    assert not torch.allclose(_tensors(exact.members[2])["mine.T.net.0.weight"],
+                              _tensors(straight.members[2])["mine.T.net.0.weight"])
+
+
 def test_members_that_cannot_share_a_bundle_are_named():
     bench = biased_tabular(n=128)
     base = Algorithm1(bench, LoopConfig(**CRITIC), seed=0)

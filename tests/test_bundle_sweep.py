@@ -46,7 +46,6 @@ def test_dry_run_shows_which_trial_each_point_trains_in(tmp_path):
 @pytest.mark.parametrize(("args", "needle"), [
     (["--bundle", "0"], "argument --bundle"),
     (["--bundle", "2", "--scheduler", "asha"], "ASHA stops trials one by one"),
-    (["--bundle", "2", "--tracker", "wandb"], "not built yet"),
 ])
 def test_a_bundle_that_cannot_run_is_one_error_line(args, needle, tmp_path):
     ran = run_main("digits_grid", *args, "--out", str(tmp_path / "o"))
@@ -56,12 +55,16 @@ def test_a_bundle_that_cannot_run_is_one_error_line(args, needle, tmp_path):
 
 
 @pytest.mark.ray
-def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys):
+def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys, monkeypatch):
     from sweeps.digits_grid import main
+    from tests.test_tracking import _trackers
 
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    trackers = _trackers()
     out = tmp_path / "digits"
     rc = main(["--sigma", "0.03,0.045", "--lam", "0,1", "--method", "mi_backprop,hsic",
-               "--bundle", "3", "--inner-z", "batch", *TINY, "--tracker", "mlflow",
+               "--bundle", "3", "--inner-z", "batch", *TINY, "--tracker", trackers,
                "--out", str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
@@ -101,6 +104,10 @@ def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys):
                                                                 strict=True))
         assert run.data.tags["selected_epoch"] == str(int(rows.loc[rows["selected"],
                                                                    "epoch"].iloc[0]))
+    if "wandb" in trackers:  # W&B: an offline run per grid point, its histories its rows
+        from tests.test_wandb import check_runs, runs_of
+
+        check_runs(runs_of(out), df)
 
 
 @pytest.mark.ray

@@ -81,7 +81,9 @@ def run_bundle(config: dict, build: Callable[[dict], Benchmark],
             algo.epoch = reached  # frozen where it was; it keeps the others' step
     rules = [StoppingRecords(p.criterion, states.get(k)) if p.stopping else None
              for p, k in zip(plans, keys, strict=True)]
-    bundle = MIBackpropBundle(algos)
+    # On a GPU the critic's shuffles of all members come in one draw a step (unbiased/
+    # methods/bundle.py, DRAWS); on a CPU each member draws its own, as its run alone.
+    bundle = MIBackpropBundle(algos, draws="batched" if device.type == "cuda" else "exact")
     for i, key in enumerate(keys):
         if key in diverged:
             bundle.freeze(i)

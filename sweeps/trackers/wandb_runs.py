@@ -1,6 +1,7 @@
 """`--tracker wandb`: the sweep logged to Weights & Biases as it runs.
 
-One W&B project per sweep (`--wandb-project`, default the name of OUT), one run per trial,
+One W&B project per sweep (`--wandb-project`, default the name of OUT), one run per trial
+(each member of a `--bundle` trial has its own),
 all grouped under the sweep (group = the name of OUT), each run's id its Tune trial id: its
 flat config, tags for its grid point (`method=mi_backprop`, `sigma=0.03`, ... as MLflow's),
 every metric it reports per epoch (step = epoch; an epoch without a value has no point).
@@ -21,12 +22,13 @@ import os
 import shlex
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweeps import ray_private
 from sweeps.common import SweepError, flat_config
-from sweeps.trackers.base import Tracker, metrics_of, tags_of
+from sweeps.trackers.base import Tracker, grid_points, member_result, metrics_of, tags_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,11 +141,25 @@ def _epoch_actor() -> type:
     return ray_private.wandb_epoch_actor(metrics_of)
 
 
+@dataclass(frozen=True)
+class MemberTrial:
+    """A `--bundle` member as the W&B callback sees a trial: its own id (the trial's +
+    "_m<i>", as in results.parquet), config and logging actor."""
+
+    trial_id: str
+    local_path: str
+    config: dict = field(hash=False, compare=False)
+
+    def __str__(self) -> str:
+        return self.trial_id
+
+
 def _trial_runs_callback():
     """The callback class, built on first use: importing Ray's integration imports wandb."""
 
     class TrialRuns(ray_private.wandb_callback(_epoch_actor())):
-        """One W&B run per trial, id = trial id, config = the flat config, grid-point tags."""
+        """One W&B run per grid point (a trial, or each member of a `--bundle` trial), id =
+        its trial id, config = its flat config, grid-point tags."""
 
         def __init__(self, state: dict, param_keys: tuple[str, ...]) -> None:
             super().__init__(project=state["project"], group=state["group"],
@@ -152,6 +168,7 @@ def _trial_runs_callback():
             # The driver's WANDB_MODE, passed on: a Ray started before it was set would not
             # hand it to the logging actors.
             self.mode = os.environ.get("WANDB_MODE") or None
+            self.members: dict = {}  # a bundle trial -> its MemberTrials
 
         def on_experiment_end(self, trials, **info) -> None:
             """Tell every logging actor still open to finish its run first: a sweep stopped
@@ -160,15 +177,43 @@ def _trial_runs_callback():
             ray_private.wandb_stop_actors(self, UPLOAD_TIMEOUT_S)
             super().on_experiment_end(trials, **info)
 
+        def _members_of(self, trial) -> list[MemberTrial] | None:
+            """A bundle trial's members (None for any other trial, and for a member)."""
+            if isinstance(trial, MemberTrial):
+                return None
+            points = grid_points(trial)
+            if points[0][0] == trial.trial_id:
+                return None
+            if trial not in self.members:
+                self.members[trial] = [MemberTrial(trial_id, trial.local_path, config)
+                                       for trial_id, config in points]
+            return self.members[trial]
+
         def log_trial_start(self, trial) -> None:
-            config = flat_config(trial.config)
-            name = " ".join(f"{k}={config[k]}" for k in self.param_keys if k in config)
-            ray_private.wandb_start_actor(
-                self, trial, id=trial.trial_id, name=name or str(trial),
-                resume="allow", allow_val_change=True,
-                group=self.group, project=self.project, dir=self.kwargs["dir"],
-                job_type="trial", tags=_tags(config), mode=self.mode,
-                config={k: v for k, v in config.items() if _plain(v)})
+            members = self._members_of(trial)
+            for point in members or [trial]:
+                config = flat_config(point.config)
+                name = " ".join(f"{k}={config[k]}" for k in self.param_keys if k in config)
+                ray_private.wandb_start_actor(
+                    self, point, id=point.trial_id, name=name or str(point),
+                    resume="allow", allow_val_change=True,
+                    group=self.group, project=self.project, dir=self.kwargs["dir"],
+                    job_type="trial", tags=_tags(config), mode=self.mode,
+                    config={k: v for k, v in config.items() if _plain(v)})
+
+        def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+            members = self._members_of(trial)
+            if members is None:
+                super().log_trial_result(iteration, trial, result)
+                return
+            for i, member in enumerate(members):
+                own = member_result(result, i)
+                if own is not None:  # None: it diverged earlier
+                    super().log_trial_result(iteration, member, own)
+
+        def log_trial_end(self, trial, failed: bool = False) -> None:
+            for point in self._members_of(trial) or [trial]:
+                super().log_trial_end(point, failed)
 
     return TrialRuns
 

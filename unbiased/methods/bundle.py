@@ -36,6 +36,13 @@ from unbiased.methods.mi_backprop import MIBackprop
 # Config fields members may differ in (each becomes a vector over members); every other
 # field must be equal. `epochs` and `lr_schedule` are shared: one schedule for all.
 PER_MEMBER_FIELDS: tuple[str, ...] = ("lam", "lr", "mi_lr", "mine_lr")
+# Where the critic's shuffles come from. "exact": each member's own generator, in a single
+# run's order (B x (K + 1) draws an outer step): a member follows its run alone. "batched":
+# the K + 1 shuffles of every member in one draw (random 62-bit keys sorted) from a bundle
+# generator seeded from the members' seeds and the epoch: one kernel instead of B x (K + 1),
+# what a GPU needs; the shuffles then differ from the runs alone.
+DRAWS: tuple[str, ...] = ("exact", "batched")
+BATCHED_SEED_OFFSET = 4_000_037
 
 
 def bundle_problems(members: list[MIBackprop]) -> list[str]:
@@ -168,11 +175,16 @@ class StackedModule:
 class MIBackpropBundle:
     """B mi_backprop members trained as one (module docstring)."""
 
-    def __init__(self, members: list[MIBackprop]) -> None:
+    def __init__(self, members: list[MIBackprop], draws: str = "exact") -> None:
         problems = bundle_problems(members)
+        if draws not in DRAWS:
+            problems.append(f"draws must be one of {DRAWS}, got {draws!r}")
         if problems:
             raise ValueError("; ".join(problems))
         self.members = members
+        self.draws = draws
+        self._perms: torch.Tensor | None = None  # "batched": this outer step's shuffles
+        self._drawn = 0
         self.cfg = members[0].cfg
         self.device = members[0].device
         self.g = StackedModule([m.g for m in members])
@@ -204,6 +216,7 @@ class MIBackpropBundle:
         self.theta_steps = 0
         # A frozen member (diverged) takes no more steps; the others go on.
         self.frozen = torch.zeros(len(members), dtype=torch.bool, device=self.device)
+        self._seed_batched_draws()
 
     def freeze(self, member: int) -> None:
         """Stop training one member: every later step of its weights, moments and counts is
@@ -225,13 +238,35 @@ class MIBackpropBundle:
 
     # -- one outer step -------------------------------------------------------------------
     def _shuffled(self, c: torch.Tensor) -> torch.Tensor:
-        """c ([B, n, c_dim]) with each member's rows permuted by its own method generator, in
-        the order a single run draws them."""
+        """c ([B, n, c_dim]) with each member's rows permuted: by its own method generator in
+        the order a single run draws them ("exact"), or the next of this step's batched
+        shuffles."""
         n = c.shape[1]
-        perms = torch.stack([torch.randperm(n, generator=m.method_gen,
-                                            device=m.method_gen.device).to(self.device)
-                             for m in self.members])
+        if self.draws == "batched":
+            perms = self._perms[self._drawn]
+            self._drawn += 1
+        else:
+            perms = torch.stack([torch.randperm(n, generator=m.method_gen,
+                                                device=m.method_gen.device).to(self.device)
+                                 for m in self.members])
         return torch.gather(c, 1, perms.unsqueeze(2).expand(-1, -1, c.shape[2]))
+
+    def _draw_step(self, n: int) -> None:
+        """"batched": the K + 1 shuffles of every member for one outer step, one draw."""
+        if self.draws != "batched":
+            return
+        keys = torch.randint(0, 1 << 62, (self.cfg.K + 1, len(self.members), n),
+                             generator=self._batched_gen, device=self.device)
+        self._perms = keys.argsort(dim=-1)
+        self._drawn = 0
+
+    def _seed_batched_draws(self) -> None:
+        """The bundle generator of "batched" draws, seeded per epoch from the members' seeds:
+        a bundle resumed at an epoch's start draws what it would have drawn."""
+        seed = BATCHED_SEED_OFFSET + 104_729 * self.epoch
+        for m in self.members:
+            seed = (seed * 1_000_003 + m.seed) % (1 << 62)
+        self._batched_gen = torch.Generator(device=self.device).manual_seed(seed)
 
     def _scores(self, z: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = c.shape[1]
@@ -265,6 +300,7 @@ class MIBackpropBundle:
         x has the member axis second: vmap turns a convolution of B members into one
         grouped convolution of [n, B x channels] images, a free reshape in that layout
         (bench/RESULTS.md, "Trial bundles")."""
+        self._draw_step(y.shape[1])
         z = self.g(x, member_dim=1)
         z_critic = z.detach()
         for _ in range(self.cfg.K):
@@ -316,6 +352,7 @@ class MIBackpropBundle:
             for module in m.modules().values():
                 module.train()
         orders = [m._permutation(len(m.bench.train)) for m in self.members]
+        self._seed_batched_draws()
         self.guarded.zero_()
         self.theta_steps = 0
         bs = self.cfg.batch_size
@@ -402,4 +439,4 @@ def _format_of(p: torch.Tensor) -> torch.memory_format:
         else torch.contiguous_format)
 
 
-__all__ = ["MIBackpropBundle", "bundle_problems", "PER_MEMBER_FIELDS"]
+__all__ = ["MIBackpropBundle", "bundle_problems", "PER_MEMBER_FIELDS", "DRAWS"]
