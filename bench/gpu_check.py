@@ -10,9 +10,12 @@
    nvidia-smi while it runs. After a trial's first epoch one trial process is killed
    (SIGKILL, as a spot reclaim would): Tune restores it from its checkpoint, and every
    trial must report every epoch exactly once.
-3. A report, REPORT/<device>.md (default bench/results/gpu/): seconds per epoch and their
+3. The paper preset's outer step alone and in trial bundles of 1, 3, 7, 21, 63 members
+   (bench/outer_step.py): ms per step, kernels per step, peak memory, projected grid time.
+4. A report, REPORT/<device>.md (default bench/results/gpu/): seconds per epoch and their
    parts, the re-estimate's share of an epoch and of a `paper` trial at its `mi_eval_every`,
-   GPU memory and utilisation, the restore, and the projected GPU time of the paper grid.
+   GPU memory and utilisation, the restore, the projected GPU time of the paper grid, and
+   the outer-step table (also REPORT/outer_step_<device>.md).
 
 Without CUDA it prints one `error:` line and exits 2. Exit 1 when a check failed.
 """
@@ -49,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="folder of the report (<device>.md)")
     p.add_argument("--out", type=Path, help="the slice's sweep folder (default: a temporary one)")
     p.add_argument("--skip-tests", action="store_true", help="the slice and report only")
+    p.add_argument("--skip-steps", action="store_true",
+                   help="no outer-step table (bench/outer_step.py)")
     p.add_argument("--preset", default="paper", help="the preset the slice runs")
     p.add_argument("--extra", default="", help="more flags for the slice's driver, e.g. "
                                                "'--inner-z fresh' or '--deterministic'")
@@ -290,6 +295,19 @@ def projection(facts: dict) -> list[str]:
     return lines
 
 
+def run_outer_steps(args: argparse.Namespace) -> tuple[int, str]:
+    """bench/outer_step.py on this GPU: its exit status and its table (as markdown)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "outer_step.py"), "--device",
+                           "cuda", "--report", str(args.report)], cwd=ROOT,
+                          capture_output=True, text=True)
+    text = proc.stdout.strip()
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    if proc.returncode != 0 or not table:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return proc.returncode or 1, f"failed (exit {proc.returncode}): {tail}"
+    return 0, "\n".join(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
@@ -319,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         table, measured = summarise(out, args.epochs) if (out / "results.parquet").is_file() \
             else (["no results.parquet: " + (lines[-1] if lines else "no output")], {})
         reported = reported_epochs(out)
+    steps = "skipped (--skip-steps)"
+    if not args.skip_steps:
+        code, steps = run_outer_steps(args)
+        if code != 0:
+            failed.append("the outer-step table")
     wanted = list(range(1, args.epochs + 1))
     once = {tag: sorted(ep) == wanted for tag, ep in reported.items()}
     restored = measured.get("restored", [])
@@ -356,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         "Every epoch exactly once: " + ("yes" if reported and all(once.values()) else "NO"), "",
         "## Projected GPU time of the paper grid (150 epochs, from the seconds above)", "",
         *(projection(measured) if measured else ["no measurement"]), "",
+        "## The outer step alone and in trial bundles (bench/outer_step.py)", "", steps, "",
         "Checks failed: " + (", ".join(failed) if failed else "none"), ""]
     from analysis.io import atomic_write_text
 
