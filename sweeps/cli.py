@@ -39,6 +39,10 @@ def _list_of(kind: Callable[[str], float | int], check: Callable[[float], str | 
             problem = check(v)
             if problem:
                 raise argparse.ArgumentTypeError(f"{t}: {problem}")
+            if v in values:
+                # Run twice, the same trial would count as two seeds (or lambdas) in a table.
+                raise argparse.ArgumentTypeError(f"{t} is listed twice in {text!r}: a value "
+                                                 f"runs once")
             values.append(v)
         return values
     return parse
@@ -185,6 +189,15 @@ def setting_flags(p: argparse.ArgumentParser) -> None:
                               help=meta.help)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a bad flag's error line follows one short usage line and a
+    pointer to --help, not the whole usage (35 lines) that buried it."""
+
+    def error(self, message: str):
+        self.exit(2, f"usage: {self.prog} [flags]  (--help lists every flag and preset)\n"
+                     f"{self.prog}: error: {message}\n")
+
+
 def build_parser(prog: str, description: str, presets: dict[str, dict[str, object]],
                  search: bool = False, benchmark: BenchmarkSpec | None = None
                  ) -> argparse.ArgumentParser:
@@ -195,7 +208,7 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
         textwrap.fill(f"{name}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()),
                       width=79, initial_indent="  ", subsequent_indent="    ")
         for name, values in presets.items())
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=prog, description=description,
         epilog="Presets: every value a flag marked '(default: from --preset)' leaves out\n"
                f"comes from the chosen preset; a flag replaces that one value.\n{preset_help}",

@@ -286,6 +286,10 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         points = spec.validate(args.values, points)
         points, finished, done_line = take_done(spec, args, points)
         trials = bundle_points(points, args.bundle, spec.fixed_values(args.values))
+        if args.bundle > 1 and len(points) > 1 and len(trials) == len(points):
+            done_line = [*done_line, f"--bundle {args.bundle}: no two trials can share one "
+                                     f"(bundles take mi_backprop points with inner z 'batch' "
+                                     f"that share K and their other settings): a trial each"]
         if args.dry_run:
             dry_run(spec, args, trials, done_line)
             return 0

@@ -43,6 +43,14 @@ def test_dry_run_shows_which_trial_each_point_trains_in(tmp_path):
     assert [line.split()[0] for line in table[1:]] == ["0", "0", "0", "0", "1", "1"]
 
 
+def test_a_grid_with_nothing_to_bundle_says_so(tmp_path):
+    ran = run_main("digits_grid", "--lam", "0,1", "--bundle", "2", *TINY, "--inner-z", "fresh",
+                   "--dry-run", "--out", str(tmp_path / "o"))
+    assert ran.returncode == 0
+    assert "--bundle 2: no two trials can share one" in ran.stdout
+    assert "Tune trials" not in ran.stdout
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--bundle", "0"], "argument --bundle"),
     (["--bundle", "2", "--scheduler", "asha"], "ASHA stops trials one by one"),

@@ -46,6 +46,11 @@ def _run(*args: str) -> Ran:
     (["--method", "grad_reversal", "--K", "20"], "--K is read only by method mi_backprop"),
     (["--method", "mi_backprop", "--head-lr", "0.01"],
      "--head-lr is read only by method grad_reversal, confusion"),
+    # a value listed twice would run the same trial twice and count it as two seeds
+    (["--seeds", "1,1"], "--seeds: 1 is listed twice in '1,1'"),
+    (["--lam", "1,1.0"], "--lam: 1.0 is listed twice"),
+    (["--sigma", "0.03,0.030"], "--sigma: 0.030 is listed twice"),
+    (["--method", "hsic,hsic"], "--method: hsic is listed twice"),
 ])
 def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
     proc = _run(*args, "--out", str(tmp_path / "out"))
@@ -69,6 +74,7 @@ def test_a_bad_flag_from_the_shell_is_one_line_and_exit_2(tmp_path):
         lines = proc.stderr.strip().splitlines()
         assert lines[0].startswith(first) and needle in lines[-1], proc.stderr
         assert sum("error" in line for line in lines) == 1, proc.stderr
+        assert len(lines) <= 2, proc.stderr  # one short usage line at most, then the error
         assert not proc.stdout and not (tmp_path / "o").exists()
 
 
