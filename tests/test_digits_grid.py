@@ -37,8 +37,8 @@ def _run(*args: str) -> Ran:
     (["--width", "0"], "--width"),
     (["--method", "mi_backprop,erm2"], "--method"),
     # values each flag accepts but a method's config refuses: caught before Ray starts
-    (["--batch-size", "1"], "batch_size must be >= 2"),
-    (["--inner-z", "bank", "--bank-size", "1"], "bank_size must be >= 2"),
+    (["--batch-size", "1"], "--batch-size: 1: must be >= 2"),
+    (["--inner-z", "bank", "--bank-size", "1"], "--bank-size: 1: must be >= 2"),
     (["--train-eval-rows", "1"], "train_eval_rows must be 0"),
     # a flag no method of the sweep reads would be dropped silently (issue 20)
     (["--method", "hsic", "--mine-ema-rate", "0.01"],
@@ -58,7 +58,9 @@ def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert needle in lines[-1] and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
-    if "must be" in needle or "read only" in needle:
+    if "error: argument" in lines[-1]:  # argparse's: one short usage line, then the error
+        assert len(lines) == 2 and lines[0].startswith("usage: ")
+    elif "must be" in needle or "read only" in needle:
         # nothing else on stderr: no Ray start, no trial tracebacks
         assert len(lines) == 1 and lines[0].startswith("error: ")
 
@@ -66,7 +68,8 @@ def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
 def test_a_bad_flag_from_the_shell_is_one_line_and_exit_2(tmp_path):
     # The process the shell sees: exit status 2, and on stderr the error line alone (argparse's
     # usage before its own), no warning or log line; the other checks run in this process.
-    for args, first, needle in [(["--batch-size", "1"], "error: ", "batch_size must be >= 2"),
+    for args, first, needle in [(["--train-eval-rows", "1"], "error: ",
+                                 "train_eval_rows must be 0"),
                                 (["--sigma", "1.5"], "usage: ", "--sigma")]:
         proc = subprocess.run([sys.executable, str(DRIVER), *args, "--out", str(tmp_path / "o")],
                               capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -28,6 +28,12 @@ CHANGED = {
     ("*", "--tracker"): {"default_note", "help"},
     # export_epochs moved from bench/ to sweeps/, beside done.py.
     ("*", "--done"): {"help"},
+    # The flags now refuse what the configs always refused (a bound of the setting, checked
+    # wherever a config is built): a batch of 1, a bank of 1 row; --epochs has no default of
+    # its own (None: every preset gives one).
+    ("*", "--batch-size"): {"probes"},
+    ("*", "--bank-size"): {"probes"},
+    ("*", "--epochs"): {"default_note", "help"},
 }
 
 

@@ -3,8 +3,9 @@ choices and bounds of its command-line flag. sweeps/cli.py generates the method 
 flags from these fields, so a new setting cannot be added without its flag (and its flag
 cannot drift from the field). Nothing here imports torch or ray.
 
-The bounds are what a flag accepts; a config's `problems()` may refuse more (batch_size 1
-passes the flag and is refused by TrainConfig, with the message that says why).
+The kind, choices and bounds are checked wherever a config is built: by the flag on the
+command line, by `setting_problems` for a config made in Python or read from JSON (the same
+phrase: "must be > 0"). A config's `problems()` adds only what relates several fields.
 """
 
 from __future__ import annotations
@@ -94,6 +95,42 @@ def kind_of(f: dataclasses.Field) -> type:
         return f.type
     raise TypeError(f"setting {f.name}: type {f.type!r} is not one of bool, int, float, str "
                     f"(optionally | None, or a tuple of one of them)")
+
+
+def setting_problems(config: Any) -> list[str]:
+    """Each field of a settings dataclass checked against its setting's kind, choices and
+    bounds: one phrase for each field that is wrong ("lr must be > 0, got 0.0")."""
+    problems = []
+    for f in dataclasses.fields(config):
+        meta = setting_of(f)
+        if meta is None:
+            continue
+        value = getattr(config, f.name)
+        if value is None:
+            if "None" not in str(f.type):
+                problems.append(f"{f.name} must be set, got None")
+            continue
+        for item in (value if meta.many and isinstance(value, tuple | list) else [value]):
+            problem = _value_problem(kind_of(f), meta, item)
+            if problem:
+                problems.append(f"{f.name} {problem}, got {item!r}")
+                break
+    return problems
+
+
+def _value_problem(kind: type, meta: Setting, value: Any) -> str | None:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is bool and not isinstance(value, bool):
+        return "must be true or false"
+    if kind is int and not (number and float(value).is_integer()):
+        return "must be an integer"
+    if kind is float and not number:
+        return "must be a number"
+    if kind is str and not isinstance(value, str):
+        return "must be a string"
+    if meta.choices is not None and value not in meta.choices:
+        return f"must be one of {', '.join(meta.choices)}"
+    return meta.problem(value) if number else None
 
 
 def own_fields(cls: type) -> list[dataclasses.Field]:

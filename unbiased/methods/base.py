@@ -21,7 +21,7 @@ from torch import nn
 
 from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit
 from unbiased.models import linear_classifier
-from unbiased.settings import setting
+from unbiased.settings import setting, setting_problems
 
 # Seed offsets of the streams a trial draws from besides the data order (the trial seed):
 # the training rows evaluated (train_eval_rows); the method's own randomness (its modules'
@@ -46,19 +46,20 @@ class TrainConfig:
     method trains g and f by plain ERM."""
 
     lam: float = setting(1.0, "each method's penalty weight; 0 = plain ERM", ge=0, axis=True)
-    batch_size: int = setting(1024, "mini-batch size", ge=1)
+    # >= 2: a shuffle (and a batch statistic) needs two rows.
+    batch_size: int = setting(1024, "mini-batch size", ge=2)
     lr: float = setting(1e-4, "Adam learning rate of g and f", gt=0)
     # "cosine": every optimiser that moves g or f (the task's Adam and a method's own step on
     # g, mi_backprop's MI Adam) decays from its lr to 0 over `epochs`; the adversaries (MINE's
     # T, bias heads) keep theirs, so they can still follow a g that slows down. On a fast
     # schedule a constant lr let g outrun the critic after its peak (docs/MEASURED.md).
-    # `epochs`: the trial's, the schedule's length (the trainable passes it; 0 = none given);
-    # a trial continued past it (a larger --epochs on --resume) stretches the rest of the
-    # schedule.
+    # `epochs`: the trial's, the schedule's length (the trainable passes it; None = none
+    # given); a trial continued past it (a larger --epochs on --resume) stretches the rest of
+    # the schedule.
     lr_schedule: str = setting(
         "constant", "g and f's lr held, or decayed to 0 by a half cosine over --epochs "
                     "(critics and bias heads keep theirs)", choices=LR_SCHEDULES)
-    epochs: int = setting(0, "epochs per trial", ge=1)
+    epochs: int | None = setting(None, "epochs per trial", ge=1)
     # Large for small inputs, small for images (a ResNet-50 batch of 4096 would not fit).
     eval_batch_size: int = setting(
         4096, "rows per forward pass when evaluating a whole split", ge=1)
@@ -77,23 +78,14 @@ class TrainConfig:
                                   "channels-last memory format for conv feature extractors")
 
     def problems(self) -> list[str]:
-        """What is wrong with these values, one phrase per field (empty when valid)."""
-        problems = []
-        if not (self.lam >= 0 and math.isfinite(self.lam)):
-            problems.append(f"lam must be >= 0, got {self.lam}")
-        if self.batch_size < 2:
-            problems.append(f"batch_size must be >= 2, got {self.batch_size}")
-        if not self.lr > 0:
-            problems.append(f"lr must be > 0, got {self.lr}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            problems.append(f"lr_schedule must be one of {LR_SCHEDULES}, got "
-                            f"{self.lr_schedule!r}")
-        elif self.lr_schedule != "constant" and self.epochs < 1:
+        """What is wrong with these values, one phrase per field (empty when valid): each
+        field against its setting (kind, choices, bounds), then the rules that relate
+        fields or that no bound says."""
+        problems = setting_problems(self)
+        if self.lr_schedule != "constant" and self.epochs is None:
             problems.append(f"lr_schedule {self.lr_schedule!r} needs the trial's epochs "
-                            f"(>= 1), got {self.epochs}")
-        if self.eval_batch_size < 1:
-            problems.append(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
-        if self.train_eval_rows < 0 or self.train_eval_rows == 1:
+                            f"(>= 1), got none")
+        if self.train_eval_rows == 1:
             problems.append(f"train_eval_rows must be 0 (every row) or >= 2, got "
                             f"{self.train_eval_rows}")
         return problems

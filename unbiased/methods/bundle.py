@@ -303,7 +303,7 @@ class MIBackpropBundle:
     def _critic_step(self, z: torch.Tensor, c: torch.Tensor) -> None:
         t_joint, t_marg = self._scores(z, c)
         log_mean_exp = torch.logsumexp(t_marg, dim=1) - math.log(t_marg.shape[1])
-        rate = self.cfg.mine_ema_rate
+        rate = self.cfg.mine_ema_rate or None  # 0: the plain DV gradient
         if rate is None:
             objective = t_joint.mean(1) - log_mean_exp
         else:

@@ -31,14 +31,6 @@ class BiasHeadConfig(TrainConfig):
         None, "grad_reversal, confusion, lntl: Adam learning rate of the bias head (default: "
               "--lr)", gt=0)
 
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if self.head_hidden < 0:
-            problems.append(f"head_hidden must be >= 0, got {self.head_hidden}")
-        if self.head_lr is not None and not self.head_lr > 0:
-            problems.append(f"head_lr must be > 0 or None, got {self.head_lr}")
-        return problems
-
 
 class _Reverse(torch.autograd.Function):
     @staticmethod

@@ -32,12 +32,6 @@ class HSICConfig(TrainConfig):
         None, "hsic: Gaussian kernel width on z (default: the batch's median pairwise "
               "distance)", gt=0)
 
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if self.hsic_bandwidth is not None and not self.hsic_bandwidth > 0:
-            problems.append(f"hsic_bandwidth must be > 0 or None, got {self.hsic_bandwidth}")
-        return problems
-
 
 def hsic(z: torch.Tensor, c: torch.Tensor, bandwidth: float | None = None) -> torch.Tensor:
     """Biased HSIC of a batch: Gaussian kernel on z, linear kernel on c."""

@@ -52,12 +52,6 @@ class LNTLConfig(BiasHeadConfig):
         KIM_MU, "lntl: scale of the bias heads' gradient reversed into g (Kim et al.'s 0.1)",
         ge=0)
 
-    def problems(self) -> list[str]:
-        problems = super().problems()
-        if not self.mu >= 0:
-            problems.append(f"mu must be >= 0, got {self.mu}")
-        return problems
-
 
 def negative_entropy(logits: list[torch.Tensor]) -> torch.Tensor:
     """Mean over heads of the batch mean of sum_k p_k log p_k (its minimum, -log #classes,
