@@ -15,20 +15,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import torch
-
 from trainables.common import (
     InjectedFailure,
     Plan,
     StoppingRecords,
     close_epoch,
-    quiet_sigterm_in_worker,
-    set_deterministic,
+    start_trial,
     train_epoch,
-    trial_config,
-    trial_device,
 )
-from trainables.session import TrialSession, TuneSession, checkpoint_files, read_checkpoint
+from trainables.session import TrialSession, checkpoint_files, read_checkpoint
 from unbiased.data import Benchmark
 from unbiased.methods import make_method
 from unbiased.methods.bundle import MIBackpropBundle
@@ -50,17 +45,10 @@ def member_configs(config: dict) -> list[dict]:
 def run_bundle(config: dict, build: Callable[[dict], Benchmark],
                session: TrialSession | None = None) -> None:
     """Train a bundle trial (module docstring); `session` is Tune's unless given."""
-    if session is None:
-        quiet_sigterm_in_worker()
-        session = TuneSession()
-    config = trial_config(config)
-    torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
-    device = trial_device(config, session)
+    config, session, device = start_trial(config, session)
     if device is None:
         return
     configs = [{**c, "device": str(device)} for c in member_configs(config)]
-    if config.get("deterministic"):
-        set_deterministic(device)
     plans = [Plan.of(c) for c in configs]
     algos = [make_method(p.method, build(c).to(device), c, seed=p.seed, device=device)
              for p, c in zip(plans, configs, strict=True)]

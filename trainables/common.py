@@ -330,10 +330,11 @@ def _drop_unraisable_system_exit(previous: Callable[[Any], object]) -> Callable[
     return hook
 
 
-def run_trial(config: dict, build: Callable[[dict], Benchmark],
-              session: TrialSession | None = None) -> None:
-    """Train one trial. `build(config)` returns the benchmark (on CPU); `session` is Tune's
-    unless given (a test's RecordingSession)."""
+def start_trial(config: dict, session: TrialSession | None
+                ) -> tuple[dict, TrialSession, torch.device | None]:
+    """What every trial does first: its session (Tune's unless given), its flat config, as
+    many torch threads as CPUs it was given, and its device (None: it cannot have the one it
+    was given, which was reported)."""
     if session is None:
         # Tune logs every checkpoint at INFO from the worker; the driver prints progress.
         logging.getLogger("ray.train").setLevel(logging.WARNING)
@@ -344,11 +345,19 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark],
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
     device = trial_device(config, session)
+    if device is not None and config.get("deterministic"):
+        set_deterministic(device)
+    return config, session, device
+
+
+def run_trial(config: dict, build: Callable[[dict], Benchmark],
+              session: TrialSession | None = None) -> None:
+    """Train one trial. `build(config)` returns the benchmark (on CPU); `session` is Tune's
+    unless given (a test's RecordingSession)."""
+    config, session, device = start_trial(config, session)
     if device is None:
         return
     config = {**config, "device": str(device)}  # the build puts its tensors there too
-    if config.get("deterministic"):
-        set_deterministic(device)
     plan = Plan.of(config)
     algo = make_method(plan.method, build(config).to(device), config, seed=plan.seed,
                        device=device)
