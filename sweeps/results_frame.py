@@ -127,8 +127,11 @@ def bundle_members(df: pd.DataFrame, config: dict, trial_id: str, error
         own = own.rename(columns={c: c[len(prefix):] for c in own.columns})
         if "epoch" in own.columns:
             own = own[own["epoch"].notna()].astype({"epoch": "int64"})
-        if own.empty:  # the bundle never reported (an error before its first epoch)
+        if own.empty:  # the bundle never reported an epoch (an error before its first)
             own = pd.DataFrame({"epoch": [0]})
+        if "device_error" in df.columns and df["device_error"].notna().any():
+            # the trial could not have its device: every member stopped with it
+            own["device_error"] = df["device_error"].dropna().iloc[-1]
         out.append((own.reset_index(drop=True), {**shared, **point},
                     f"{trial_id}_{member_key(i)}", error))
     return out

@@ -166,3 +166,21 @@ def test_a_sigkilled_bundle_resumes_every_member_exactly(ray_local, tmp_path,
     starts = pd.read_parquet(killed_out / "results.parquet")
     # Continued from a checkpoint (epoch 1's or 2's, wherever the kill landed), not afresh.
     assert set(starts.loc[starts["epoch"] == 3, "start_epoch"]) <= {2, 3}
+
+
+def test_a_bundle_trial_reads_as_a_trial_per_member():
+    # Each member's own columns, its epochs, its id; a device error stops every member.
+    from sweeps.results_frame import bundle_members
+
+    config = {"epochs": 2, "members": [{"lam": 0.0}, {"lam": 1.0}]}
+    df = pd.DataFrame({"epoch": [1, 2], "m0/epoch": [1, 2], "m0/train_acc": [.5, .6],
+                       "m1/epoch": [1, None], "m1/diverged": ["diverged at epoch 1", None]})
+    (a, ca, ia, _), (b, cb, ib, _) = bundle_members(df, config, "t_00000", None)
+    assert (ia, ib) == ("t_00000_m0", "t_00000_m1")
+    assert ca == {"epochs": 2, "lam": 0.0} and cb == {"epochs": 2, "lam": 1.0}
+    assert list(a["epoch"]) == [1, 2] and list(a["train_acc"]) == [.5, .6]
+    assert list(b["epoch"]) == [1] and b["diverged"].iloc[0].startswith("diverged")
+    failed = pd.DataFrame({"epoch": [0], "device_error": ["device 'cuda' with GPUs [0]"]})
+    for own, _, _, _ in bundle_members(failed, config, "t_00001", None):
+        assert list(own["epoch"]) == [0] and own["device_error"].iloc[0].startswith("device")
+    assert bundle_members(df, {"lam": 1.0}, "t", None) == [(df, {"lam": 1.0}, "t", None)]
