@@ -93,7 +93,6 @@ class MIBackpropConfig(TrainConfig):
                "than a constant); reports guarded_frac each epoch")
 
 
-
 class MIBackprop(ERM):
     """g, f and MINE with their optimisers; `state_dict` holds everything needed to resume
     exactly."""
