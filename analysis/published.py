@@ -8,25 +8,22 @@ from __future__ import annotations
 from unbiased.benchmarks.digits import PAPER_SIGMAS as DIGITS_SIGMAS
 from unbiased.benchmarks.spec import AXIS_ATOL as SIGMA_ATOL
 from unbiased.benchmarks.spec import PAPER, PublishedRow
+from unbiased.method_catalogue import CATALOGUE, DEFAULT_METHOD
 
 __all__ = ["DIGITS_SIGMAS", "PAPER", "SIGMA_ATOL", "PublishedRow", "METHOD_LABELS",
            "PUBLISHED_METHOD", "method_label", "partner_label"]
 
 
-# How our rows of each method are labelled in the tables; the published rows of the same
-# competitors are "Kim et al." and "Alvi et al." (their own code and settings, not ours).
-METHOD_LABELS: dict[str, str] = {
-    "mi_backprop": "Ours",
-    "lntl": "Kim et al. (ours)",
-    "confusion": "Alvi et al. (ours)",
-    "grad_reversal": "Grad. reversal (ours)",
-    "hsic": "HSIC penalty (ours)",
-}
+# How our rows of each method are labelled in the tables (the method catalogue's labels); the
+# published rows of the same competitors are "Kim et al." and "Alvi et al." (their own code
+# and settings, not ours).
+METHOD_LABELS: dict[str, str] = {name: entry.label for name, entry in CATALOGUE.items()}
 
 
 # The method of ours that each published competitor row is (their method, our code and
 # settings): our rows of it go right above the published row.
-PUBLISHED_METHOD: dict[str, str] = {"Alvi et al.": "confusion", "Kim et al.": "lntl"}
+PUBLISHED_METHOD: dict[str, str] = {entry.published_as: name
+                                    for name, entry in CATALOGUE.items() if entry.published_as}
 
 
 def partner_label(published_row: str) -> str:
@@ -36,7 +33,7 @@ def partner_label(published_row: str) -> str:
     if published_row in PUBLISHED_METHOD:
         return method_label(PUBLISHED_METHOD[published_row])
     if published_row.startswith("Ours"):
-        return METHOD_LABELS["mi_backprop"]
+        return METHOD_LABELS[DEFAULT_METHOD]
     return published_row.split(" (")[0]
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from unbiased.benchmarks.spec import BenchmarkSpec  # nothing heavy (no torch)
+from unbiased.method_catalogue import DEFAULT_METHOD, methods_help
 from unbiased.settings import TrialSettings, bounds
 
 
@@ -105,7 +106,7 @@ SCHEDULERS = ("fifo", "asha")
 # always carried the key (the others, absent, take the same default in the trainable).
 _TRIAL = TrialSettings()
 _FALLBACKS: dict[str, object] = {"device": _TRIAL.device, "scheduler": "fifo",
-                                 "method": ["mi_backprop"],
+                                 "method": [DEFAULT_METHOD],
                                  "mi_eval_every": _TRIAL.mi_eval_every,
                                  "deterministic": _TRIAL.deterministic}
 
@@ -146,9 +147,14 @@ def _preset_value(p: argparse._ActionsContainer, flag: str,
     """A flag that replaces one preset value; `key` is the preset key (default: the dest).
     `resolve` reads these flags, the help formatter says where their unset value comes
     from."""
+    setting_default = kwargs.pop("setting_default", _NO_DEFAULT)
     action = p.add_argument(flag, **kwargs)
     action.preset_key = key or action.dest  # type: ignore[attr-defined]
+    action.setting_default = setting_default  # type: ignore[attr-defined]
     return action
+
+
+_NO_DEFAULT = object()  # a flag whose unset value only a preset gives
 
 
 def setting_flags(p: argparse.ArgumentParser) -> None:
@@ -176,22 +182,30 @@ def setting_flags(p: argparse.ArgumentParser) -> None:
             if meta.axis:
                 continue
             kind = kind_of(f)
+            default = f.default
             if kind is bool:
                 _preset_value(group, flag_of(f.name), action=argparse.BooleanOptionalAction,
-                              default=None, help=meta.help)
+                              default=None, help=meta.help, setting_default=default)
             elif meta.choices is not None:
                 _preset_value(group, flag_of(f.name), choices=list(meta.choices),
-                              help=meta.help)
+                              help=meta.help, setting_default=default)
             elif kind is str:
-                _preset_value(group, flag_of(f.name), help=meta.help)
+                _preset_value(group, flag_of(f.name), help=meta.help, setting_default=default)
             else:
                 _preset_value(group, flag_of(f.name), type=_one(kind, meta.problem),
-                              help=meta.help)
+                              help=meta.help, setting_default=default)
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, but a bad flag's error line follows one short usage line and a
     pointer to --help, not the whole usage (35 lines) that buried it."""
+
+    presets: dict[str, dict] = {}
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        formatter = super()._get_formatter()
+        formatter.presets = self.presets  # type: ignore[attr-defined]
+        return formatter
 
     def error(self, message: str):
         self.exit(2, f"usage: {self.prog} [flags]  (--help lists every flag and preset)\n"
@@ -210,16 +224,17 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
         for name, values in presets.items())
     p = _Parser(
         prog=prog, description=description,
-        epilog="Presets: every value a flag marked '(default: from --preset)' leaves out\n"
-               f"comes from the chosen preset; a flag replaces that one value.\n{preset_help}",
+        epilog="Presets: a flag left out takes the chosen preset's value (each flag's help\n"
+               "lists the presets that differ from its default); a flag replaces that one "
+               f"value.\n{preset_help}",
         formatter_class=_HelpFormatter)
+    p.presets = presets
     p.add_argument("--preset", choices=sorted(presets), default="quick",
                    help="defaults for every value below")
     _preset_value(p, "--method", type=METHOD_LIST,
-                  help="methods, comma-separated: mi_backprop (the paper's), lntl (Kim et "
-                       "al.), confusion (Alvi et al.), grad_reversal, hsic "
-                       "(unbiased/methods/); lam = 0 is plain ERM for each, so it runs once, "
-                       "under the first method")
+                  help=f"methods, comma-separated: {methods_help()} (unbiased/methods/); "
+                       "lam = 0 is plain ERM for each, so it runs once, under the first "
+                       "method")
     if search:
         _preset_value(p, "--lam-range", type=POS_FLOAT_LIST,
                       help="LOW,HIGH: lambda is sampled log-uniformly in this range")
@@ -233,7 +248,8 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                            "0 = plain ERM, run once")
         p.add_argument("--lam-of", type=method_lams, action="append", metavar="METHOD=LAMS",
                        help="this method's lambdas instead of --lam's non-zero ones, "
-                            "e.g. lntl=0.01,0.1; repeat per method (default: from --preset)")
+                            "e.g. lntl=0.01,0.1; repeat per method (default: the preset's "
+                            "method_lam)")
         _preset_value(p, "--K", type=K_LIST, help="MINE steps per model step, comma-separated")
     _preset_value(p, "--seeds", type=SEED_LIST, help="seeds, comma-separated")
     if benchmark is not None:
@@ -307,22 +323,24 @@ def benchmark_flags(p: argparse.ArgumentParser, benchmark: BenchmarkSpec) -> Non
                             f"(unbiased.settings.setting): it would have no flag")
         kind = kind_of(f)
         flag = flag_of(f.name)
+        default = list(f.default) if isinstance(f.default, tuple) else f.default
         if meta.many:
             choices = meta.choices
             check = meta.problem if choices is None else (
                 lambda v, c=choices: None if v in c else f"must be one of {','.join(c)}")
             _preset_value(group, flag, key=f.name, type=_list_of(meta.convert or kind, check),
-                          help=meta.help)
+                          help=meta.help, setting_default=default)
         elif kind is bool:
             _preset_value(group, flag, key=f.name, action=argparse.BooleanOptionalAction,
-                          default=None, help=meta.help)
+                          default=None, help=meta.help, setting_default=default)
         elif meta.choices is not None:
-            _preset_value(group, flag, key=f.name, choices=list(meta.choices), help=meta.help)
+            _preset_value(group, flag, key=f.name, choices=list(meta.choices), help=meta.help,
+                          setting_default=default)
         elif kind is str:
-            _preset_value(group, flag, key=f.name, help=meta.help)
+            _preset_value(group, flag, key=f.name, help=meta.help, setting_default=default)
         else:
             _preset_value(group, flag, key=f.name, type=_one(kind, meta.problem),
-                          help=meta.help)
+                          help=meta.help, setting_default=default)
 
 
 def tracker_flags(p: argparse._ActionsContainer) -> None:
@@ -347,16 +365,29 @@ def check_tracker_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace)
         parser.error("argument --wandb-project: only read with --tracker wandb")
 
 
+def _preset_note(key: str, action: argparse.Action, presets: dict[str, dict]) -> str:
+    """Where a preset flag's unset value comes from: the setting's default, and each
+    preset that sets another value."""
+    default = getattr(action, "setting_default", _NO_DEFAULT)
+    if default is _NO_DEFAULT:
+        default = _FALLBACKS.get(key, _NO_DEFAULT)
+    others = [f"{name} {_show(values[key])}" for name, values in presets.items()
+              if key in values and (default is _NO_DEFAULT or values[key] != default)]
+    said = "set by --preset" if default is _NO_DEFAULT else f"default: {_show(default)}"
+    return said + (f"; presets: {', '.join(others)}" if others else "")
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the preset listing's line breaks; says where each unset value comes from."""
+    """Keeps the preset listing's line breaks; says where each unset value comes from (the
+    parser gives it its presets)."""
+
+    presets: dict[str, dict] = {}
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         key = getattr(action, "preset_key", None)
         if key is not None and action.default is None:
-            fallback = _FALLBACKS.get(key)
-            return text + " (default: from --preset" + (f", else {_show(fallback)})" if fallback
-                                                        else ")")
+            return f"{text} ({_preset_note(key, action, self.presets)})".replace("%", "%%")
         # () is --tracker's: its help says "(default: none)" itself.
         if action.option_strings and action.default not in (None, False, (),
                                                              argparse.SUPPRESS):
@@ -432,6 +463,8 @@ def flag_of(key: str) -> str:
 
 
 def _show(v: object) -> str:
+    if v is None:
+        return "none"
     if isinstance(v, list):
         return ",".join(str(x) for x in v)
     return str(v)

@@ -46,3 +46,31 @@ def test_the_flag_and_the_config_say_the_same():
     flag_phrase = lr.metadata["setting"].problem(0.0)
     with pytest.raises(ValueError, match=f"lr {flag_phrase}"):
         method_config("mi_backprop", {"lr": 0.0})
+
+
+def test_help_shows_each_default_and_the_presets_that_differ():
+    from sweeps.cli import build_parser
+    from sweeps.presets import DIGITS
+
+    text = " ".join(build_parser("digits_grid", "d", DIGITS).format_help().split())
+    batch = {name: values["batch_size"] for name, values in DIGITS.items()
+             if values.get("batch_size", 1024) != 1024}
+    shown = ", ".join(f"{name} {value}" for name, value in batch.items())
+    assert f"mini-batch size (default: 1024; presets: {shown})" in text
+    assert "epochs per trial (default: none; presets: quick " in text
+    assert "(set by --preset; presets: quick 0," in text  # --seeds: no default of its own
+    assert "from --preset" not in text
+
+
+def test_method_names_in_help_and_tables_come_from_the_registry():
+    from analysis.published import METHOD_LABELS, PUBLISHED_METHOD
+    from sweeps.cli import build_parser
+    from sweeps.presets import DIGITS
+    from unbiased.method_catalogue import CATALOGUE
+
+    assert list(METHODS) == list(CATALOGUE) == list(METHOD_LABELS)
+    for name, cls in METHODS.items():
+        assert cls.name == name
+    text = " ".join(build_parser("digits_grid", "d", DIGITS).format_help().split())
+    assert all(f"{name} ({entry.about})" in text for name, entry in CATALOGUE.items())
+    assert set(PUBLISHED_METHOD.values()) <= set(METHODS)

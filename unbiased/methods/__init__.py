@@ -3,16 +3,19 @@
 A method is a class in its own module: `ERM` (methods/base.py) trains g and f on the task,
 a method overrides `update` (one mini-batch) and adds its own modules and `Config` dataclass
 (its hyper-parameters with defaults). `METHODS` maps the name a sweep's `--method` takes to
-the class; `make_method` builds one from a flat config dict (a trial's config).
+the class (unbiased/method_catalogue.py lists them, torch-free); `make_method` builds one
+from a flat config dict (a trial's config).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import fields
 
 import torch
 
 from unbiased.data import Benchmark
+from unbiased.method_catalogue import CATALOGUE, DEFAULT_METHOD
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.methods.confusion import Confusion
 from unbiased.methods.grad_reversal import BiasHeadConfig, GradReversal
@@ -20,14 +23,10 @@ from unbiased.methods.hsic import HSIC, HSICConfig
 from unbiased.methods.lntl import LNTL, LNTLConfig
 from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
 
+# unbiased/method_catalogue.py names each method's module and class.
 METHODS: dict[str, type[ERM]] = {
-    "mi_backprop": MIBackprop,
-    "grad_reversal": GradReversal,
-    "confusion": Confusion,
-    "hsic": HSIC,
-    "lntl": LNTL,
-}
-DEFAULT_METHOD = "mi_backprop"
+    name: getattr(importlib.import_module(f"unbiased.methods.{entry.module}"), entry.cls)
+    for name, entry in CATALOGUE.items()}
 
 __all__ = ["METHODS", "DEFAULT_METHOD", "ERM", "EpochStats", "TrainConfig", "MIBackprop",
            "MIBackpropConfig", "GradReversal", "BiasHeadConfig", "Confusion", "HSIC",
