@@ -1,14 +1,16 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11:
 #   make quick   - create .venv and run the quick digits sweep (embedded MNIST subset, CPU)
-#   make test    - create .venv and run the tests
-#   make test-fast - the tests that start no Ray or sweep driver and are not slow (markers)
+#   make test    - create .venv and run the tests: all three tiers, in one run
+#   make test-fast - the unit tier: no Ray, no sweep driver, no signals (markers, pyproject.toml)
+#   make test-integration - sweeps and trials on one shared local Ray
+#   make test-system - signals, SIGKILL, node loss, several nodes, trackers, servers
 #   make gpu-check - on a machine with a CUDA GPU: CUDA tests, a paper-preset slice, a report
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: quick test test-fast lint gpu-check clean-venv
+.PHONY: quick test test-fast test-integration test-system lint gpu-check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +29,13 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
 
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not ray and not slow" $(ARGS)
+	$(PY) -m pytest -q -n 2 -m "not ray and not system" $(ARGS)
+
+test-integration: $(VENV)/.installed
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "ray and not system" $(ARGS)
+
+test-system: $(VENV)/.installed
+	$(PY) -m pytest -q -n 2 --dist loadfile -m system $(ARGS)
 
 # ~5 minutes on one GPU; writes bench/results/gpu/<device>.md. ARGS="--root DIR" for MNIST.
 gpu-check: $(VENV)/.installed

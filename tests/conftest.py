@@ -2,7 +2,7 @@
 
 A test that starts Ray, in the test or in a process it runs, or that runs a sweep driver in a
 subprocess (a Python start importing torch and Ray: seconds each, tens of them on a loaded
-machine) is marked `ray`, and `make test-fast` (`pytest -m "not ray and not slow"`) leaves it
+machine) is marked `ray`, and `make test-fast` (`pytest -m "not ray and not system"`) leaves it
 out. Marked here: tests using a `RAY_FIXTURES` fixture, and tests whose code (or a helper of
 tests/ it calls) starts a driver or watches a Ray's processes (tests/processes.py). Others by
 hand; `slow` (over ~4 s idle) is always by hand.
@@ -68,6 +68,18 @@ def _starts_ray(item: pytest.Item) -> bool:
     if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
     return bool(_STARTS_RAY.search(_code_of(getattr(item, "function", None), set())))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under `make test` two workers share the cores. torch's default (a thread per core
+    # each) makes the workers' OpenMP threads spin against each other: one MINE training
+    # test took 143 s with 2 threads beside a busy core, 9 s with 1 (docs/MEASURED.md, "The
+    # test suite's time"). A trial sets its own threads (its config's num_threads).
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 0:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -63,6 +63,7 @@ def test_a_bundle_that_cannot_run_is_one_error_line(args, needle, tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.system  # trackers
 def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys, monkeypatch):
     from sweeps.digits_grid import main
     from tests.test_tracking import _trackers
@@ -119,7 +120,8 @@ def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys, m
 
 
 @pytest.mark.ray
-def test_a_sigkilled_bundle_resumes_every_member_exactly(ray_local, tmp_path,
+@pytest.mark.system
+def test_a_sigkilled_bundle_resumes_every_member_from_its_checkpoint(ray_local, tmp_path,
                                                           checked_at_the_end):
     import os
     import signal
@@ -133,7 +135,7 @@ def test_a_sigkilled_bundle_resumes_every_member_exactly(ray_local, tmp_path,
     root = Path(__file__).resolve().parents[1]
     args = ["--sigma", "0.03", "--lam", "0,0.5,1", "--bundle", "3", "--inner-z", "batch",
             *TINY, "--epochs", "3"]
-    killed_out, straight_out = tmp_path / "killed", tmp_path / "straight"
+    killed_out = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, str(root / "sweeps" / "digits_grid.py"), *args,
                              "--out", str(killed_out)], cwd=root, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -161,19 +163,14 @@ def test_a_sigkilled_bundle_resumes_every_member_exactly(ray_local, tmp_path,
 
     resumed = run_main("digits_grid", *args, "--out", str(killed_out), "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert run_main("digits_grid", *args, "--out", str(straight_out)).returncode == 0
-    clock = ["time_s", "epoch_s", "eval_s", "mi_eval_s", "ckpt_s", "start_epoch", "node",
-             "node_id", "trial_id", "config"]
-    runs = []
-    for out in (killed_out, straight_out):
-        df = pd.read_parquet(out / "results.parquet").sort_values(["lam", "epoch"])
-        assert all(sorted(e) == [1, 2, 3] for _, e in df.groupby("trial_id")["epoch"])
-        runs.append(df.drop(columns=clock).reset_index(drop=True))
-    killed, straight = runs
-    pd.testing.assert_frame_equal(killed, straight)
-    starts = pd.read_parquet(killed_out / "results.parquet")
-    # Continued from epoch 2's checkpoint, not afresh.
-    assert set(starts.loc[starts["epoch"] == 3, "start_epoch"]) == {3}
+    df = pd.read_parquet(killed_out / "results.parquet")
+    assert df["trial_id"].nunique() == 3 and (df["status"] == "ok").all()
+    assert all(sorted(e) == [1, 2, 3] for _, e in df.groupby("trial_id")["epoch"])
+    # Continued from epoch 2's checkpoint, not afresh; that a restart from a checkpoint's
+    # bytes continues every member exactly is test_run_trial.py's
+    # test_a_restarted_bundle_continues_exactly (the bytes Tune's adapter stores).
+    assert set(df.loc[df["epoch"] == 3, "start_epoch"]) == {3}
+    assert set(df.loc[df["epoch"] <= 2, "start_epoch"]) == {1}
 
 
 def test_a_bundle_trial_reads_as_a_trial_per_member():

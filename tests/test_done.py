@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests.test_reliability import (
     TINY,
@@ -117,6 +118,7 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path)
                                    whole["test_acc"].reset_index(drop=True), rtol=1e-12)
 
 
+@pytest.mark.system
 def test_a_stopped_grid_leaves_nothing_behind_and_resumes_in_order_with_the_rows_taken_over(
         ray_local, tmp_path):
     # One trial at a time (2 CPUs each), lam 0 seed 0 taken over from rows (--done), SIGTERM

@@ -186,25 +186,19 @@ def test_svm_baseline_on_one_seed(table):
     assert 0.0 <= result.eo <= 1.0
 
 
-# -- a trial under Ray -------------------------------------------------------------------------
-def test_two_epoch_german_trial_reports_eo_and_mi_eval(ray_local, table, tmp_path):
-    from ray import tune
-
-    from trainables.german import train_german
+# -- a trial ---------------------------------------------------------------------------------
+def test_two_epoch_german_trial_reports_eo_and_mi_eval(table):
+    from tests.trials import run_recorded
 
     config = {"lam": 1.0, "K": 2, "seed": 0, "epochs": 2, "batch_size": 64, "lr": 1e-3,
               "mine_lr": 0.1, "mine_optimizer": "sgd", "mine_hidden": 64,
               "mine_hidden_layers": 1, "device": "cpu", "num_threads": 1, "mi_eval_steps": 20}
-    tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(train_german, table=table), {"cpu": 1}),
-        param_space=config,
-        run_config=tune.RunConfig(name="g", storage_path=str(tmp_path), verbose=0))
-    result = tuner.fit()[0]
+    result = run_recorded("german", config, table=table)
     assert result.error is None
-    df = result.metrics_dataframe
+    df = result.reports
     assert list(df["epoch"]) == [1, 2]
     assert df["eo"].between(0, 1).all()
     assert df["train_acc"].between(0, 1).all() and df["test_acc"].between(0, 1).all()
     assert df["mi"].map(math.isfinite).all()
     assert math.isnan(df["mi_eval"].iloc[0]) and math.isfinite(df["mi_eval"].iloc[1])
-    assert result.checkpoint is not None
+    assert result.checkpoint is not None and result.state["epoch"] == 2

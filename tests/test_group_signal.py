@@ -22,7 +22,8 @@ from sweeps.ray_private import driver_sessions, ray_temp_dir
 from tests.conftest import SMALL_NET
 from tests.processes import alive, descendants, with_text
 
-pytestmark = pytest.mark.ray  # every test runs a local sweep in a driver process
+# every test runs a local sweep in a driver process and signals it
+pytestmark = [pytest.mark.ray, pytest.mark.system]
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"

@@ -277,18 +277,13 @@ def _trial_config(**overrides) -> dict:
     return config
 
 
-def test_one_epoch_trial_reports_the_imdb_metrics(ray_local, index, tmp_path):
-    from ray import tune
+def test_one_epoch_trial_reports_the_imdb_metrics(index):
+    from tests.trials import run_recorded
 
-    from trainables.imdb import train_imdb
-
-    trainable = tune.with_resources(tune.with_parameters(train_imdb, index=index),
-                                    {"cpu": 1})
-    tuner = tune.Tuner(trainable, param_space=_trial_config(),
-                       run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0))
-    [result] = list(tuner.fit())
+    result = run_recorded("imdb", _trial_config(), index=index)
     assert result.error is None, result.error
-    m = result.metrics
+    assert len(result.reports) == 1
+    m = result.reports.iloc[-1]
     assert m["epoch"] == 1
     for key in ("train_acc", "acc_eb2", "acc_test", "test_acc"):
         assert 0.0 <= m[key] <= 1.0, key

@@ -262,29 +262,15 @@ def test_unknown_method_and_bad_settings_are_named():
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-def test_each_method_trains_under_ray_reports_every_metric_and_resumes(method, ray_local,
-                                                                      tiny_digits, tmp_path):
-    from ray import tune
-
-    from trainables.digits import train_digits
+def test_each_method_trains_as_a_trial_reports_every_metric_and_resumes(method, tiny_digits):
+    from tests.trials import run_recorded
 
     config = {"method": method, "sigma": 0.02, "lam": 1.0, "K": 2, "seed": 0, "epochs": 2,
               "batch_size": 64, "lr": 1e-3, "mine_lr": 1e-3, "inner_z": "batch",
               "device": "cpu", "num_threads": 1, "mi_eval_steps": 20, "fail_once_at_epoch": 2}
-    tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(train_digits, digits=tiny_digits),
-                            {"cpu": 1}),
-        param_space=config,
-        # num_to_keep=1 as the sweeps run it (sweeps/runner.py): Tune then copies a trial's
-        # result.json to the storage right after each checkpoint, before the restarted
-        # attempt copies it back (without it the restart could take back a copy older than
-        # epoch 1 and drop that epoch's row: seen here when the machine was loaded).
-        run_config=tune.RunConfig(name="m", storage_path=str(tmp_path), verbose=0,
-                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                                  failure_config=tune.FailureConfig(max_failures=1)))
-    [result] = tuner.fit()
+    result = run_recorded("digits", config, max_failures=1, digits=tiny_digits)
     assert result.error is None
-    df = result.metrics_dataframe.sort_values("epoch")
+    df = result.reports.sort_values("epoch")
     assert list(df["epoch"]) == [1, 2]
     assert list(df["start_epoch"]) == [1, 2]  # the restarted attempt began at epoch 2
     for col in ("train_acc", "test_acc", "loss_task", "penalty", "time_s"):

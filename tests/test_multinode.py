@@ -30,7 +30,7 @@ from tests.conftest import SMALL_NET
 from tests.processes import descendants
 
 # `ray start` nodes with a --temp-dir of their own (conftest's RAY_TMPDIR check cannot see them)
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.system]
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))

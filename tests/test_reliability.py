@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 from ray import tune
 
-from tests.conftest import SMALL_NET
+from tests.conftest import SMALL_NET, SMALL_NET_CONFIG
 from tests.drivers import Ran, run_main
 from tests.processes import alive, descendants
 from tests.test_group_signal import check_no_ray_left_after_sigkill, ray_under
@@ -184,7 +185,7 @@ def test_diverging_trial_stops_itself_and_analysis_leaves_it_out(ray_local, tiny
     # SGD at lr 1e6 on the statistics network overflows to NaN in the first epoch: a real
     # divergence from a bad hyper-parameter, next to a trial that trains normally.
     space = _digits_config(epochs=3, mine_optimizer="sgd",
-                           mine_lr=tune.grid_search([1e-3, 1e6]))
+                           mine_lr=tune.grid_search([1e-3, 1e6]), **SMALL_NET_CONFIG)
     grid = _fit(tmp_path, tiny_digits, space)
     df = results_frame(grid, "digits_grid", "digits",
                        {"sigma": "sigma", "lam": "lam", "K": "K", "seed": "seed",
@@ -214,12 +215,15 @@ def test_diverging_trial_stops_itself_and_analysis_leaves_it_out(ray_local, tiny
     assert {json.loads(c)["mine_lr"] for c in saved["config"]} == {1e-3, 1e6}
 
 
-def test_same_config_and_seed_give_identical_metrics(ray_local, tiny_digits, tmp_path):
+def test_same_config_and_seed_give_identical_metrics(tiny_digits):
+    # In-process (tests/trials.py); under Tune every trial runs the same run_trial.
+    from tests.trials import run_recorded
+
     runs = []
-    for name in ("a", "b"):
-        result = _fit(tmp_path, tiny_digits, _digits_config(), name=name)[0]
+    for _ in range(2):
+        result = run_recorded("digits", _digits_config(), digits=tiny_digits)
         assert result.error is None
-        runs.append(result.metrics_dataframe)
+        runs.append(result.reports)
     cols = ["epoch", "mi", "train_acc", "test_acc", "loss_task", "mi_batch", "mi_eval"]
     pd.testing.assert_frame_equal(runs[0][cols], runs[1][cols])
 
@@ -327,6 +331,7 @@ def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
 
 # -- a driver killed mid-sweep continues with --resume ----------------------------------------
 
+@pytest.mark.system
 def test_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_trials(
         ray_local, tmp_path, checked_at_the_end):
     out = tmp_path / "out"
@@ -374,6 +379,8 @@ def test_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_tr
 
 # -- a driver stopped by SIGTERM or Ctrl-C takes its trials and its Ray with it -------------
 
+@pytest.mark.system
+@pytest.mark.ray
 def test_a_sweep_stopped_by_ctrl_c_leaves_no_process_behind_and_says_how_to_resume(tmp_path):
     # SIGTERM to the driver: test_done.py's stopped grid, which resumes it; to its process
     # group: test_group_signal.py.

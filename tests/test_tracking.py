@@ -79,6 +79,7 @@ def _trackers() -> str:
     return "mlflow,wandb"
 
 
+@pytest.mark.system  # trackers
 def test_sweep_logs_one_run_per_trial_with_histories_tags_and_artifacts(ray_local, tmp_path,
                                                                        capsys, monkeypatch):
     """MLflow's local store here; W&B's offline run files (tests/test_wandb.py reads them)
@@ -188,6 +189,7 @@ def _mlflow_server(tmp_path: Path) -> Iterator[str]:
             server.wait(timeout=30)
 
 
+@pytest.mark.system  # a server, a signal
 def test_resume_continues_the_same_runs_on_a_real_mlflow_server_and_wandb(ray_local, tmp_path,
                                                                           monkeypatch):
     """One sweep logged over HTTP to a real `mlflow server` (and to W&B offline,

@@ -1,13 +1,15 @@
-"""The digits trainable under a real local Ray: per-epoch reports, checkpoints, resume."""
+"""The digits trial in-process (tests/trials.py: run_trial through a recording session, no
+Ray): per-epoch reports, checkpoints, a restart, the stopping rule's pick. The same under Tune
+after a SIGKILL, a stop, a diverged trial and a device error: test_reliability.py,
+test_group_signal.py, test_devices.py."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from ray import tune
 
-from trainables.digits import train_digits
+from tests.trials import RecordedTrial, run_recorded
 
 
 def _config(**over):
@@ -18,33 +20,23 @@ def _config(**over):
     return config
 
 
-def _fit(tmp_path, digits, config, max_failures=0):
-    tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(train_digits, digits=digits), {"cpu": 1}),
-        param_space=config,
-        # num_to_keep=1 as the sweeps (tests/test_methods.py says why a restart needs it)
-        run_config=tune.RunConfig(name="t", storage_path=str(tmp_path), verbose=0,
-                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                                  failure_config=tune.FailureConfig(max_failures=max_failures)),
-    )
-    grid = tuner.fit()
-    assert len(grid) == 1
-    return grid[0]
+def _fit(digits, config, max_failures=0) -> RecordedTrial:
+    return run_recorded("digits", config, max_failures=max_failures, digits=digits)
 
 
 @pytest.fixture(scope="module")
-def default_trial(ray_local, tiny_digits, tmp_path_factory):
+def default_trial(tiny_digits):
     """A two-epoch trial with the defaults, read by two tests."""
-    return _fit(tmp_path_factory.mktemp("default"), tiny_digits, _config())
+    return _fit(tiny_digits, _config())
 
 
 @pytest.fixture(scope="module")
-def lowest_mi_trial_without_lam(ray_local, tiny_digits, tmp_path_factory):
+def lowest_mi_trial_without_lam(tiny_digits):
     """A three-epoch trial stopped by lowest_mi, with no lam in its config (the method's
     default, 1.0, as `_config`'s): read by two tests."""
     config = _config(epochs=3, select_epoch="lowest_mi")
     del config["lam"]
-    return _fit(tmp_path_factory.mktemp("lowest_mi"), tiny_digits, config)
+    return _fit(tiny_digits, config)
 
 
 REPORTED = ["epoch", "mi", "train_acc", "test_acc", "loss_task", "time_s", "mi_eval", "machine"]
@@ -53,7 +45,7 @@ REPORTED = ["epoch", "mi", "train_acc", "test_acc", "loss_task", "time_s", "mi_e
 def test_two_epoch_trial_reports_twice_with_checkpoint(default_trial):
     result = default_trial
     assert result.error is None
-    df = result.metrics_dataframe
+    df = result.reports
     assert list(df["epoch"]) == [1, 2]
     for col in REPORTED:
         assert col in df.columns, col
@@ -66,34 +58,33 @@ def test_two_epoch_trial_reports_twice_with_checkpoint(default_trial):
     assert df["mi_eval_s"].iloc[0] == 0 and df["mi_eval_s"].iloc[1] > 0  # last epoch only
     # mi_eval only at the end of the trial
     assert math.isnan(df["mi_eval"].iloc[0]) and math.isfinite(df["mi_eval"].iloc[1])
-    assert result.checkpoint is not None
+    assert result.checkpoint is not None and result.state["epoch"] == 2
     from trainables.common import machine_id
 
     assert set(df["machine"]) == {machine_id()} and machine_id()
 
 
-def test_crashed_trial_resumes_from_its_epoch_1_checkpoint(ray_local, tiny_digits, tmp_path):
-    # The first attempt raises at epoch 2 after reporting epoch 1 with a checkpoint; Tune
-    # restarts it, and the restarted attempt must start at epoch 2, not from scratch.
-    result = _fit(tmp_path, tiny_digits, _config(fail_once_at_epoch=2), max_failures=1)
+def test_crashed_trial_resumes_from_its_epoch_1_checkpoint(tiny_digits):
+    # The first attempt raises at epoch 2 after reporting epoch 1 with a checkpoint; it is
+    # restarted (as Tune's max_failures does), and must start at epoch 2, not from scratch.
+    result = _fit(tiny_digits, _config(fail_once_at_epoch=2), max_failures=1)
     assert result.error is None
-    df = result.metrics_dataframe
+    df = result.reports
     assert sorted(df["epoch"]) == [1, 2]  # every epoch exactly once
     epoch2 = df[df["epoch"] == 2].iloc[0]
     assert epoch2["start_epoch"] == 2  # the second attempt started from the checkpoint
     assert df[df["epoch"] == 1].iloc[0]["start_epoch"] == 1
 
 
-def test_without_restarts_the_injected_failure_is_an_error(ray_local, tiny_digits, tmp_path):
-    result = _fit(tmp_path, tiny_digits, _config(fail_once_at_epoch=1, epochs=1))
+def test_without_restarts_the_injected_failure_is_an_error(tiny_digits):
+    result = _fit(tiny_digits, _config(fail_once_at_epoch=1, epochs=1))
     assert result.error is not None
     assert "injected failure at epoch 1" in str(result.error)
 
 
 
 @pytest.mark.parametrize("rule", ["lowest_mi", "lowest_mi_cond"])
-def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local, tiny_digits,
-                                                                   tmp_path, request):
+def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, tiny_digits, request):
     import torch
 
     from sweeps.results_frame import selected_rows
@@ -102,9 +93,9 @@ def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local
     if rule == "lowest_mi":
         result = request.getfixturevalue("lowest_mi_trial_without_lam")
     else:
-        result = _fit(tmp_path, tiny_digits, _config(epochs=3, select_epoch=rule))
+        result = _fit(tiny_digits, _config(epochs=3, select_epoch=rule))
     assert result.error is None
-    df = result.metrics_dataframe
+    df = result.reports
     # mi_eval (and its label-conditional twin) every epoch, so every epoch is a candidate,
     # with the same estimators' floors on the model's own predictions
     for col in ("mi_eval", "mi_eval_cond", "mi_floor", "mi_floor_cond"):
@@ -124,8 +115,7 @@ def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local
     marked = selected_rows(df)
     assert marked.sum() == 1 and int(df.loc[marked, "epoch"].iloc[0]) == chosen
     # the final checkpoint holds the chosen epoch's weights
-    with result.checkpoint.as_directory() as d:
-        state = torch.load(f"{d}/state.pt", weights_only=False)
+    state = result.state
     assert state["selected"]["epoch"] == chosen
     assert set(state["selected"]) == {"epoch", "g", "f"}
     if chosen == 3:
@@ -136,7 +126,7 @@ def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, ray_local
 def test_last_epoch_is_selected_by_default(default_trial):
     from sweeps.results_frame import selected_rows
 
-    df = default_trial.metrics_dataframe.assign(trial_id="t")
+    df = default_trial.reports.assign(trial_id="t")
     assert selected_rows(df).tolist() == [False, True]
 
 
@@ -148,32 +138,24 @@ def test_a_trial_without_lam_takes_the_methods_default_everywhere(lowest_mi_tria
     assert TrainConfig().lam > 0
     result = lowest_mi_trial_without_lam
     assert result.error is None
-    assert "lam" not in result.config
-    df = result.metrics_dataframe
+    df = result.reports
     assert df["mi_eval"].notna().all()  # measured every epoch: the stopping rule is on
 
 
-def test_mi_eval_every_estimates_every_nth_epoch_and_survives_a_restart(ray_local, tiny_digits,
-                                                                          tmp_path):
+def test_mi_eval_every_estimates_every_nth_epoch_and_survives_a_restart(tiny_digits):
     # Estimates at epochs 2 and 4 (every 2, and the last); the attempt that fails at epoch 4
     # restarts from epoch 3's checkpoint, written without an estimate: it must still hold
     # epoch 2's record and weights for the rule to pick among 2 and 4.
     config = _config(epochs=4, select_epoch="lowest_mi_cond", mi_eval_every=2,
                      fail_once_at_epoch=4)
-    result = _fit(tmp_path, tiny_digits, config, max_failures=1)
+    result = _fit(tiny_digits, config, max_failures=1)
     assert result.error is None
-    df = result.metrics_dataframe.drop_duplicates("epoch", keep="last").set_index("epoch")
+    df = result.reports.drop_duplicates("epoch", keep="last").set_index("epoch")
     assert sorted(df.index) == [1, 2, 3, 4] and df.loc[4, "start_epoch"] == 4
     estimated = [e for e in df.index if math.isfinite(df.loc[e, "mi_eval_cond"])]
     assert estimated == [2, 4]
     assert df.loc[1, "mi_eval_s"] == 0 and df.loc[3, "mi_eval_s"] == 0
     assert df.loc[4, "selected_epoch"] in (2, 4)
     assert math.isfinite(df.loc[4, "selected_mi_eval_cond"])
-    import os
-
-    import torch
-
-    with result.checkpoint.as_directory() as ckpt:
-        state = torch.load(os.path.join(ckpt, "state.pt"), map_location="cpu",
-                           weights_only=False)
+    state = result.state
     assert [r["epoch"] for r in state["records"]] == [2, 4]  # epoch 2's across the restart

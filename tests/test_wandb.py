@@ -107,7 +107,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.system
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 def test_a_trials_run_file_is_whole_when_its_logging_actor_returns(tmp_path):
     """Ray kills a logging actor and its children (wandb-core) as soon as run() returns;

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.system  # signals to a process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # A worker as the raylet ends it: Ray's handler (raise SystemExit) installed, the trial's
