@@ -142,19 +142,18 @@ class SweepArgs:
 _RENAMES = {"num_workers": "workers"}
 
 
-def _preset_value(p: argparse._ActionsContainer, flag: str,
-                  key: str | None = None, **kwargs) -> argparse.Action:
-    """A flag that replaces one preset value; `key` is the preset key (default: the dest).
-    `resolve` reads these flags, the help formatter says where their unset value comes
-    from."""
-    setting_default = kwargs.pop("setting_default", _NO_DEFAULT)
+_NO_DEFAULT = object()  # a flag whose unset value only a preset gives
+
+
+def _preset_value(p: argparse._ActionsContainer, flag: str, key: str | None = None,
+                  setting_default: object = _NO_DEFAULT, **kwargs) -> argparse.Action:
+    """A flag that replaces one preset value; `key` is the preset key (default: the dest),
+    `setting_default` its setting's own default. `resolve` reads these flags, the help
+    formatter says where their unset value comes from."""
     action = p.add_argument(flag, **kwargs)
     action.preset_key = key or action.dest  # type: ignore[attr-defined]
     action.setting_default = setting_default  # type: ignore[attr-defined]
     return action
-
-
-_NO_DEFAULT = object()  # a flag whose unset value only a preset gives
 
 
 def setting_flags(p: argparse.ArgumentParser) -> None:
