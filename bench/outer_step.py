@@ -7,10 +7,12 @@ memory it holds; and the `paper` grid's training time projected from them.
 
 The step is the paper preset's (batch 1024, K 80, separate theta update, MINE moving-average
 gradient .01, standardised critic, guard, LeNet width 64) on the embedded 4,000 coloured
-digits (sigma .03): the data do not change a step's cost. "alone" is one trial's eager step
+digits (sigma .03): the data do not change a step's cost. "alone" is one trial's step
 (what a `--gpus-per-trial` trial runs); "bundle B" is `--bundle B`'s step of B members (lam
-spread over 0..1, seeds 0..B-1), the critic's shuffles drawn at once on a GPU ("batched"). A
-bundle that does not fit in memory is reported so. The projection: the grid's 63 trials x 150
+spread over 0..1, seeds 0..B-1), the critic's shuffles drawn at once on a GPU ("batched").
+Each comes eager and, on CUDA, "graphed" (`--cuda-graphs`: captured once, then replayed;
+kernels inside a replayed graph are counted as the profiler sees them). A bundle that does
+not fit in memory is reported so. The projection: the grid's 63 trials x 150
 epochs x 59 steps, B at a time (B = 1: 4 trials at 0.25 GPU each, the preset's packing,
 counted as no faster than one after another), training steps only: evaluation and the
 stopping rule's critics come on top (gpu_check.py measures them). TF32 is reported as found;
@@ -33,6 +35,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from unbiased.benchmarks.colored_mnist import build, load_mnist5k  # noqa: E402
+from unbiased.graphs import WARMUP_CALLS  # noqa: E402
 from unbiased.methods.bundle import MIBackpropBundle  # noqa: E402
 from unbiased.train import Algorithm1, LoopConfig  # noqa: E402
 
@@ -48,6 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=5, help="timed outer steps per repeat")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tf32", action="store_true", help="TF32 matmuls and convolutions")
+    p.add_argument("--no-graphs", action="store_true",
+                   help="eager rows only (on CUDA the graphed rows come too by default)")
     p.add_argument("--report", type=Path, default=ROOT / "bench" / "results" / "gpu")
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -62,7 +67,10 @@ def _sync(device: torch.device) -> None:
 
 def _timed(step, device: torch.device, steps: int, repeats: int) -> float:
     """Median over repeats of the seconds per call of `step`."""
-    step()  # warm-up: lazy state, allocator pools, cuDNN's choice
+    # Warm-up: lazy state, allocator pools, cuDNN's choice; a graphed step's eager calls
+    # and its capture.
+    for _ in range(WARMUP_CALLS + 2):
+        step()
     _sync(device)
     times = []
     for _ in range(repeats):
@@ -102,42 +110,67 @@ def measure(args: argparse.Namespace) -> list[dict]:
     rows = torch.arange(args.batch_size, device=device) % len(train)
     x, y, c = train.x[rows], train.y[rows], train.c[rows]
     results = []
+    modes = [False] + ([True] if device.type == "cuda" and not args.no_graphs else [])
+    for graphs in modes:
+        kind = "graphed" if graphs else "eager"
+        alone = Algorithm1(bench, LoopConfig(**cfg, lam=1.0, cuda_graphs=graphs), seed=0,
+                           device=device)
 
-    alone = Algorithm1(bench, LoopConfig(**cfg, lam=1.0), seed=0, device=device)
-
-    def alone_step(alone=alone):
-        alone.update(x, y, c, rows, train)
-    results.append(_row("alone", 1, alone_step, device, args))
-    alone = alone_step = None
-    for size in [int(b) for b in args.B.split(",")]:
-        try:
-            members = [Algorithm1(bench, LoopConfig(**cfg, lam=i / max(1, size - 1)), seed=i,
-                                  device=device) for i in range(size)]
-            bundle = MIBackpropBundle(
-                members, draws="batched" if device.type == "cuda" else "exact")
-            xs = torch.stack([x] * size, dim=1)
-            ys, cs = torch.stack([y] * size), torch.stack([c] * size)
-
-            def bundle_step(bundle=bundle, xs=xs, ys=ys, cs=cs):
-                bundle.update(xs, ys, cs, 1.0)
-            results.append(_row(f"bundle {size}", size, bundle_step, device, args))
-        except torch.OutOfMemoryError as exc:
-            results.append({"what": f"bundle {size}", "members": size,
-                            "note": f"out of memory: {str(exc).splitlines()[0][:120]}"})
-        finally:
-            members = bundle = xs = ys = cs = None
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        def alone_step(alone=alone):
+            alone.update(x, y, c, rows, train)
+        results.append(_row(f"{kind} alone", 1, alone_step, device, args,
+                            graphed=lambda alone=alone: alone.graphed()))
+        alone = alone_step = None
+        for size in [int(b) for b in args.B.split(",")]:
+            results.append(_bundle_row(kind, size, bench, cfg, graphs, (x, y, c), device,
+                                       args))
     return results
 
 
+def _bundle_row(kind: str, size: int, bench, cfg: dict, graphs: bool, batch: tuple,
+                device: torch.device, args: argparse.Namespace) -> dict:
+    x, y, c = batch
+    try:
+        members = [Algorithm1(bench, LoopConfig(**cfg, lam=i / max(1, size - 1),
+                                                cuda_graphs=graphs), seed=i, device=device)
+                   for i in range(size)]
+        bundle = MIBackpropBundle(members,
+                                  draws="batched" if device.type == "cuda" else "exact")
+        xs = torch.stack([x] * size, dim=1)
+        ys, cs = torch.stack([y] * size), torch.stack([c] * size)
+
+        def bundle_step(bundle=bundle, xs=xs, ys=ys, cs=cs):
+            if bundle.step_graph is not None:
+                bundle.step_graph(xs, ys, cs)
+            else:
+                bundle.update(xs, ys, cs, 1.0)
+        return _row(f"{kind} bundle {size}", size, bundle_step, device, args,
+                    graphed=lambda: bundle.graphed())
+    except torch.OutOfMemoryError as exc:
+        return {"what": f"{kind} bundle {size}", "members": size,
+                "note": f"out of memory: {str(exc).splitlines()[0][:120]}"}
+    finally:
+        members = bundle = xs = ys = cs = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
 def _row(what: str, members: int, step, device: torch.device,
-         args: argparse.Namespace) -> dict:
+         args: argparse.Namespace, graphed=None) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seconds = _timed(step, device, args.steps, args.repeats)
+    if callable(graphed):
+        graphed = graphed()
+    if graphed is False:  # asked for, and the capture failed: the row is eager
+        what += " (capture failed: ran eager)"
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    calls = _calls(step, device)
+    try:
+        calls = _calls(step, device)
+    except Exception as exc:  # noqa: BLE001 - the profiler's failure is reported, not fatal
+        print(f"{what}: the profiler failed ({type(exc).__name__}: {exc}); kernels not "
+              f"counted", flush=True)
+        calls = -1
     per_member = seconds / members
     grid_h = GRID_TRIALS * EPOCHS * STEPS_PER_EPOCH * per_member / 3600
     return {"what": what, "members": members, "ms": seconds * 1e3,

@@ -130,6 +130,7 @@ class Plan:
     # training (docs/MEASURED.md, "The GPU path on an H200").
     every: int
     fail_at: int | None  # the fail_once_at_epoch test hook
+    cuda_graphs: bool = False  # the fresh critics' steps replayed as CUDA graphs too
 
     @classmethod
     def of(cls, config: dict) -> Plan:
@@ -141,7 +142,8 @@ class Plan:
                    method=str(config.get("method", DEFAULT_METHOD)), select=select,
                    mi_steps=int(config.get("mi_eval_steps", _TRIAL.mi_eval_steps)),
                    every=int(config.get("mi_eval_every", _TRIAL.mi_eval_every)),
-                   fail_at=None if fail_at is None else int(fail_at))
+                   fail_at=None if fail_at is None else int(fail_at),
+                   cuda_graphs=bool(config.get("cuda_graphs", False)))
 
     def for_lam(self, lam: float) -> Plan:
         """lam as the method reads it (its Config's default when the trial config has none).
@@ -227,6 +229,8 @@ def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
     }
     if math.isfinite(stats.guarded_frac):
         metrics["guarded_frac"] = stats.guarded_frac
+    if stats.graphed is not None:
+        metrics["graphed"] = stats.graphed
     return metrics
 
 
@@ -234,17 +238,19 @@ def estimate_mi(algo, plan: Plan) -> dict[str, float]:
     """MI of the training features by fresh statistics networks (mi_eval), and with the
     stopping rule the floors it checks them against."""
     z, y, c = algo.train_eval_set()
-    seed, steps = plan.seed, plan.mi_steps
+    seed, steps, graphs = plan.seed, plan.mi_steps, plan.cuda_graphs
     # Colour beyond the label: c shuffled within each class (0 for a z that encodes y alone;
     # plain mi_eval then still reads about I(y; c)).
-    estimates = {"mi_eval": mi_eval(z, c, seed=seed, steps=steps),
-                 "mi_eval_cond": mi_eval(z, c, seed=seed, steps=steps, given=y)}
+    estimates = {"mi_eval": mi_eval(z, c, seed=seed, steps=steps, cuda_graphs=graphs),
+                 "mi_eval_cond": mi_eval(z, c, seed=seed, steps=steps, given=y,
+                                         cuda_graphs=graphs)}
     if plan.stopping:
         # The same estimators on the model's own predictions: floors that an estimate on z
         # reads below only when the estimator fails on z (unbiased/stopping.py).
         pred = algo.predictions(z)
-        estimates["mi_floor"] = mi_eval(pred, c, seed=seed, steps=steps)
-        estimates["mi_floor_cond"] = mi_eval(pred, c, seed=seed, steps=steps, given=y)
+        estimates["mi_floor"] = mi_eval(pred, c, seed=seed, steps=steps, cuda_graphs=graphs)
+        estimates["mi_floor_cond"] = mi_eval(pred, c, seed=seed, steps=steps, given=y,
+                                             cuda_graphs=graphs)
     return estimates
 
 
@@ -271,8 +277,10 @@ def select_epoch(algo, plan: Plan, rule: StoppingRecords | None, state: dict,
     with algo.at_weights(weights["g"], weights["f"]):
         z, y, c = algo.train_eval_set()
         again = plan.seed + REESTIMATE_SEED_OFFSET
-        metrics["selected_mi_eval"] = mi_eval(z, c, seed=again, steps=plan.mi_steps)
+        metrics["selected_mi_eval"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,
+                                              cuda_graphs=plan.cuda_graphs)
         metrics["selected_mi_eval_cond"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,
+                                                   cuda_graphs=plan.cuda_graphs,
                                                    given=y)
     again_s = time.perf_counter() - again_start
     metrics["mi_eval_s"] = float(metrics["mi_eval_s"]) + again_s

@@ -136,6 +136,7 @@ DIGITS: dict[str, dict[str, object]] = {
     # (bench/RESULTS.md, section 2; on the quick preset their accuracies were within the seed
     # spread; at full scale `fresh` was not run). `--inner-z fresh` runs Algorithm 1 as written.
     # The stale `bank`/pool modes are cheap but fail (test .16).
+    # cuda_graphs: each trial replays its outer step as one CUDA graph (unbiased/graphs.py).
     "paper": {
         "source": "mnist", "sigma": list(PAPER_SIGMAS), "lam": [0.0, 0.5, 1.0],
         "seeds": [0, 1, 2], "palette": "kim", "stroke": "flat", "epochs": 150,
@@ -145,6 +146,7 @@ DIGITS: dict[str, dict[str, object]] = {
         "mi_guard": True, "select_epoch": "lowest_mi_cond",
         "train_eval_rows": TRAIN_EVAL_ROWS, "cpus_per_trial": 1.0, "gpus_per_trial": 0.25,
         "device": "cuda", "mi_eval_steps": 3000, "mi_eval_every": MI_EVAL_EVERY_PAPER,
+        "cuda_graphs": True,
     },
 }
 # Each method's lambda chosen the way a user without unbiased validation data would

@@ -105,6 +105,7 @@ class EpochStats:
     time_s: float
     mi_batch: float = math.nan  # mi_backprop: mean L_ne seen by the theta steps
     guarded_frac: float = math.nan  # mi_backprop with mi_guard: theta steps with no MI step
+    graphed: bool | None = None  # mi_backprop with cuda_graphs: steps replayed a CUDA graph
 
 
 class ERM:

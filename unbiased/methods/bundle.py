@@ -30,8 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
+from unbiased.graphs import GraphedStep
 from unbiased.methods.base import EpochStats
-from unbiased.methods.mi_backprop import MIBackprop
+from unbiased.methods.mi_backprop import MIBackprop, mi_backprop_graph_obstacles
 
 # Config fields members may differ in (each becomes a vector over members); every other
 # field must be equal. `epochs` and `lr_schedule` are shared: one schedule for all.
@@ -236,13 +237,29 @@ class MIBackpropBundle:
         # A frozen member (diverged) takes no more steps; the others go on.
         self.frozen = torch.zeros(len(members), dtype=torch.bool, device=self.device)
         self._any_frozen = False
+        self._batched_gen = torch.Generator(device=self.device)
         self._seed_batched_draws()
+        # --cuda-graphs: the whole step captured (unbiased/graphs.py); the schedule's factor is
+        # 1 (a schedule is an obstacle).
+        self.step_graph: GraphedStep | None = None
+        if self.cfg.cuda_graphs:
+            obstacles = mi_backprop_graph_obstacles(self.cfg, self.device)
+            if obstacles:
+                print(f"cuda graphs: off ({'; '.join(obstacles)}): this bundle runs eager",
+                      flush=True)
+            else:
+                self.step_graph = GraphedStep(
+                    lambda x, y, c: self.update(x, y, c, 1.0),
+                    [self._batched_gen, *(m.method_gen for m in members)])
+        self._told_failure = False
 
     def freeze(self, member: int) -> None:
         """Stop training one member: every later step of its weights, moments and counts is
         masked (its state stays as it was when frozen)."""
         self.frozen[member] = True
         self._any_frozen = True
+        if self.step_graph is not None:
+            self.step_graph.reset()  # the masked Adam path from here: captured anew
 
     def _fused_or_masked(self, same_lr: float | None
                          ) -> tuple[torch.Tensor | None, float | None]:
@@ -293,7 +310,7 @@ class MIBackpropBundle:
         seed = BATCHED_SEED_OFFSET + 104_729 * self.epoch
         for m in self.members:
             seed = (seed * 1_000_003 + m.seed) % (1 << 62)
-        self._batched_gen = torch.Generator(device=self.device).manual_seed(seed)
+        self._batched_gen.manual_seed(seed)  # the same object: a graph has it registered
 
     def _scores(self, z: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = c.shape[1]
@@ -342,7 +359,6 @@ class MIBackpropBundle:
             guarded = ~(mi.detach() >= 0) & ~self.no_mi_step & ~self.frozen
             self.guarded += guarded
             skip |= guarded
-        self.theta_steps += 1
         theta, psi = self.g.params, self.f.params
         g_task = torch.autograd.grad(loss_task.sum(), [*theta.values(), *psi.values()],
                                      retain_graph=True)
@@ -396,7 +412,11 @@ class MIBackpropBundle:
             x = torch.stack([s.x[r] for s, r in zip(splits, rows, strict=True)], dim=1)
             y = torch.stack([s.y[r] for s, r in zip(splits, rows, strict=True)])
             c = torch.stack([s.c[r] for s, r in zip(splits, rows, strict=True)])
-            loss_task, mi = self.update(x, y, c, factor)
+            self.theta_steps += 1
+            if self.step_graph is not None:
+                loss_task, mi = self.step_graph(x, y, c)
+            else:
+                loss_task, mi = self.update(x, y, c, factor)
             losses.append(loss_task)
             penalties.append(mi)
         for m in self.members:
@@ -411,8 +431,20 @@ class MIBackpropBundle:
             frac = (guarded[b] / self.theta_steps
                     if self.cfg.mi_guard and m.cfg.lam > 0 and self.theta_steps else math.nan)
             stats.append(EpochStats(m.epoch, loss_means[b], mi_means[b], time_s,
-                                    mi_batch=mi_means[b], guarded_frac=frac))
+                                    mi_batch=mi_means[b], guarded_frac=frac,
+                                    graphed=self.graphed()))
         return stats
+
+    def graphed(self) -> bool | None:
+        """As MIBackprop.graphed, for the whole bundle."""
+        if not self.cfg.cuda_graphs:
+            return None
+        graph = self.step_graph
+        if graph is not None and graph.failure is not None and not self._told_failure:
+            print(f"cuda graphs: capture failed ({graph.failure}): this bundle runs eager",
+                  flush=True)
+            self._told_failure = True
+        return graph is not None and graph.graphed
 
     def sync_members(self) -> None:
         """Each member's weights, MINE average and optimiser states from the bundle, so its

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from unbiased.data import Benchmark, Split
+from unbiased.graphs import GraphedStep, graph_obstacles
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.mine import MINE, estimate_mi, permutation
 from unbiased.settings import setting
@@ -91,6 +92,24 @@ class MIBackpropConfig(TrainConfig):
     mi_guard: bool = setting(
         False, "ours: no MI step of theta on a batch whose DV estimate is below 0 (T worse "
                "than a constant); reports guarded_frac each epoch")
+    # The outer step is ~5,000 kernels of a few microseconds each: eager, a GPU waits on
+    # Python and launches (docs/MEASURED.md, "CUDA graphs of the outer step").
+    cuda_graphs: bool = setting(
+        False, "capture the outer step (K critic steps and the theta/psi step) as a CUDA "
+               "graph after 3 eager steps and replay it (GPU, --inner-z batch, constant lr; "
+               "otherwise eager, said once in the trial's log); reports graphed each epoch")
+
+
+def mi_backprop_graph_obstacles(cfg: MIBackpropConfig, device: torch.device) -> list[str]:
+    """Why mi_backprop's outer step cannot be captured with these settings on `device`."""
+    return graph_obstacles(device, {
+        f"--inner-z {cfg.inner_z} draws rows or runs passes of its own (graphs need "
+        f"--inner-z batch)": cfg.inner_z != "batch",
+        f"--lr-schedule {cfg.lr_schedule} changes the lr every step": (
+            cfg.lr_schedule != "constant"),
+        "--amp (autocast's weight cache)": cfg.amp,
+        "--compile (a compiled module captures graphs of its own)": cfg.compile,
+    })
 
 
 class MIBackprop(ERM):
@@ -134,9 +153,27 @@ class MIBackprop(ERM):
         # Theta steps of this epoch, and those mi_guard kept task-only (counted on the device).
         self.theta_steps = 0
         self._guarded = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.step_graph: GraphedStep | None = None
+        if cfg.cuda_graphs:
+            obstacles = mi_backprop_graph_obstacles(cfg, self.device)
+            if obstacles:
+                print(f"cuda graphs: off ({'; '.join(obstacles)}): this trial runs eager",
+                      flush=True)
+            else:
+                self.step_graph = GraphedStep(self._batch_step, [self.method_gen])
+            self._capturable(self.step_graph is not None)
+        self._told_failure = False
 
     def modules(self) -> dict[str, nn.Module]:
         return {**super().modules(), "mine": self.mine}
+
+    def _capturable(self, on: bool) -> None:
+        # A captured optimiser step must keep its step count on the device (fused Adam does
+        # already; torch asks for the flag). The values do not change.
+        for opt in (self.model_opt, self.mi_opt, self.mine_opt):
+            if opt is not None and "capturable" in opt.defaults:
+                for group in opt.param_groups:
+                    group["capturable"] = on
 
     # -- the K inner steps ----------------------------------------------------------------
     def _indices(self, n: int, size: int) -> torch.Tensor:
@@ -165,16 +202,14 @@ class MIBackprop(ERM):
             return self._bank_rows[pick]
         return pick
 
-    def _inner_batches(self, train: Split, z_batch: torch.Tensor | None,
-                       c_batch: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The K (z, c) pairs of the inner MINE steps, each drawn just before its step."""
+    def _inner_batches(self, train: Split, c_batch: torch.Tensor
+                       ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The K (z, c) pairs of the inner MINE steps of --inner-z fresh or bank, each drawn
+        just before its step (--inner-z batch: `_batch_step`)."""
         mode = self.cfg.inner_z
         if mode == "bank" and (self._bank is None or self._bank_age >= self.cfg.bank_refresh):
             self._refresh_bank(train)
         for _ in range(self.cfg.K):
-            if mode == "batch":
-                yield z_batch, c_batch
-                continue
             # a new mini-batch: from the bank (whole set or pool), or through g without grad
             if mode == "bank":
                 pick = self._indices(len(self._bank), len(c_batch))
@@ -190,9 +225,8 @@ class MIBackprop(ERM):
         with torch.no_grad():
             return self._features(x), c
 
-    def _mine_steps(self, train: Split, z_batch: torch.Tensor | None,
-                    c_batch: torch.Tensor) -> None:
-        for z, c in self._inner_batches(train, z_batch, c_batch):
+    def _mine_steps(self, train: Split, c_batch: torch.Tensor) -> None:
+        for z, c in self._inner_batches(train, c_batch):
             self._mine_step(z, c)
         self._bank_age += 1
 
@@ -222,18 +256,28 @@ class MIBackprop(ERM):
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
         self._inner_pick = rows
+        if self.cfg.lam > 0:
+            self.theta_steps += 1
+        if self.step_graph is not None:
+            return self.step_graph(x, y, c)
         if self.cfg.inner_z == "first_k":  # theta first, then T on the epoch's first K batches
             out = self._model_step(y, c, self._features(x))
             self._fresh_steps(train, self._head)
             return out
         if self.cfg.inner_z == "batch":
-            # One forward with grad; its detached z feeds the K MINE steps and the graph is
-            # reused by the theta step (theta does not move during the inner loop).
-            z = self._features(x)
-            self._mine_steps(train, z.detach(), c)
-        else:
-            self._mine_steps(train, None, c)
-            z = self._features(x)
+            return self._batch_step(x, y, c)
+        self._mine_steps(train, c)
+        return self._model_step(y, c, self._features(x))
+
+    def _batch_step(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The outer step of --inner-z batch: one forward with grad, whose detached z feeds
+        the K MINE steps, and whose graph the theta step reuses (theta does not move during
+        the inner loop). CUDA work alone: `step_graph` captures it."""
+        z = self._features(x)
+        z_critic = z.detach()
+        for _ in range(self.cfg.K):
+            self._mine_step(z_critic, c)
         return self._model_step(y, c, z)
 
     def _model_step(self, y: torch.Tensor, c: torch.Tensor, z: torch.Tensor
@@ -250,7 +294,6 @@ class MIBackprop(ERM):
             self.model_opt.step()
             return loss_task.detach(), mi
         mi = self.mine.lower_bound(z, c, self.method_gen)
-        self.theta_steps += 1
         # The guard decides on the device: a guarded batch's MI step is computed and then
         # masked (T worse than a constant, or a NaN estimate), so the host never waits for the
         # estimate. Masked, a step leaves theta, Adam moments and step counts as a task-only
@@ -297,7 +340,19 @@ class MIBackprop(ERM):
         guarded = (self.guarded_steps / self.theta_steps if self.cfg.mi_guard and self.theta_steps
                    else math.nan)
         return EpochStats(self.epoch, loss_task, penalty, time_s, mi_batch=penalty,
-                          guarded_frac=guarded)
+                          guarded_frac=guarded, graphed=self.graphed())
+
+    def graphed(self) -> bool | None:
+        """With --cuda-graphs: whether the outer steps replay a graph (False: eager, for a
+        reason said once in the log); None without the option."""
+        if not self.cfg.cuda_graphs:
+            return None
+        graph = self.step_graph
+        if graph is not None and graph.failure is not None and not self._told_failure:
+            print(f"cuda graphs: capture failed ({graph.failure}): this trial runs eager",
+                  flush=True)
+            self._told_failure = True
+        return graph is not None and graph.graphed
 
     # -- evaluation and state -------------------------------------------------------------
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
@@ -314,6 +369,8 @@ class MIBackprop(ERM):
         self.mine_opt.load_state_dict(state["mine_opt"])
         if self.mi_opt is not None and state.get("mi_opt") is not None:
             self.mi_opt.load_state_dict(state["mi_opt"])
+        # A checkpoint's optimiser groups carry the flag of the run that wrote it.
+        self._capturable(self.step_graph is not None)
 
 
 def combine_grads(g_task: torch.Tensor, g_mi: torch.Tensor, lam: float,

@@ -1,0 +1,112 @@
+"""A training step replayed as a CUDA graph ("whole-network capture", PyTorch's CUDA Graphs
+notes): after a few eager calls of one input shape it is captured once, and every later call
+of that shape copies its inputs into the captured ones and replays the graph, one launch
+instead of the step's thousands of kernels (an outer step of `mi_backprop` is ~5,000).
+
+What a captured step may do: only CUDA work on tensors that keep their memory (parameters,
+optimiser states and buffers updated in place), random draws from generators named here (they
+are registered with the graph, so each replay draws anew), no host sync, no Python state that
+changes between calls (a counter kept by the step itself is not advanced by a replay: keep it
+outside). What it returns is copied out after each replay, since the next replay overwrites
+it. A capture that fails leaves the step eager for good; `failure` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+# Eager calls of a shape before its capture: the first call's lazy work (optimiser state,
+# cuBLAS workspaces, allocator pools) must not happen inside a capture.
+WARMUP_CALLS = 3
+
+Step = Callable[..., tuple[torch.Tensor, ...]]
+
+
+class _Captured:
+    def __init__(self, graph: torch.cuda.CUDAGraph, inputs: tuple[torch.Tensor, ...],
+                 outputs: tuple[torch.Tensor, ...]) -> None:
+        self.graph, self.inputs, self.outputs = graph, inputs, outputs
+
+
+class GraphedStep:
+    """`step(*inputs) -> outputs` (tensors), captured per input shape after `warmup` eager
+    calls and replayed after that (module docstring). `generators`: every generator the step
+    draws from, besides CUDA's default."""
+
+    def __init__(self, step: Step, generators: Sequence[torch.Generator] = (),
+                 warmup: int = WARMUP_CALLS) -> None:
+        self.step = step
+        self.generators = list(generators)
+        self.warmup = warmup
+        self.failure: str | None = None
+        self.replays = 0
+        self._calls: dict[tuple, int] = {}
+        self._graphs: dict[tuple, _Captured] = {}
+        self._side: torch.cuda.Stream | None = None
+
+    @property
+    def graphed(self) -> bool:
+        """True once a shape was captured and no capture has failed."""
+        return self.failure is None and bool(self._graphs)
+
+    def reset(self) -> None:
+        """Drop every graph (the step's Python-side path changed): each shape warms up and is
+        captured again."""
+        self._graphs.clear()
+        self._calls.clear()
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.failure is not None:
+            return self.step(*inputs)
+        key = tuple((t.shape, t.dtype, t.stride(), t.device) for t in inputs)
+        captured = self._graphs.get(key)
+        if captured is None:
+            calls = self._calls.get(key, 0)
+            self._calls[key] = calls + 1
+            if calls < self.warmup:
+                return self._eager_on_side_stream(inputs)
+            try:
+                captured = self._capture(inputs)
+            except Exception as exc:  # any failure: the step goes on eager, and says why
+                self.failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+                self._graphs.clear()
+                torch.cuda.synchronize()
+                return self.step(*inputs)
+            self._graphs[key] = captured
+        else:
+            for static, new in zip(captured.inputs, inputs, strict=True):
+                static.copy_(new)
+        captured.graph.replay()
+        self.replays += 1
+        return tuple(out.clone() for out in captured.outputs)
+
+    def _eager_on_side_stream(self, inputs: tuple[torch.Tensor, ...]
+                              ) -> tuple[torch.Tensor, ...]:
+        # Warm-up runs on a side stream, as the capture will (PyTorch's notes: the lazy
+        # state autograd keeps per stream must be made there).
+        if self._side is None:
+            self._side = torch.cuda.Stream()
+        self._side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._side):
+            outputs = self.step(*inputs)
+        torch.cuda.current_stream().wait_stream(self._side)
+        return outputs
+
+    def _capture(self, inputs: tuple[torch.Tensor, ...]) -> _Captured:
+        graph = torch.cuda.CUDAGraph()
+        for gen in self.generators:
+            graph.register_generator_state(gen)
+        static = tuple(t.clone() for t in inputs)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            outputs = self.step(*static)
+        return _Captured(graph, static, tuple(outputs))
+
+
+def graph_obstacles(device: torch.device, conditions: dict[str, bool]) -> list[str]:
+    """Why a step cannot be captured here: not on CUDA, or each reason in `conditions` whose
+    condition holds."""
+    reasons = [] if device.type == "cuda" else [f"the device is {device.type}, not cuda"]
+    return reasons + [reason for reason, holds in conditions.items() if holds]
