@@ -253,6 +253,8 @@ def summarise(out: Path, epochs: int) -> tuple[list[str], dict]:
                    if critics else math.nan}
     for lam, got in per_lam.items():
         facts[lam] = {"rest_s": sum(got["rest_s"]) / len(got["rest_s"])}
+    # Whether every epoch of every trial replayed its graph (--cuda-graphs).
+    facts["graphed"] = "graphed" in df and bool(df["graphed"].fillna(False).astype(bool).all())
     return lines, facts
 
 
@@ -347,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     restored = measured.get("restored", [])
     if len(reported) != 4 or not all(once.values()):
         failed.append("every epoch exactly once")
+    from sweeps.presets import DIGITS
+
+    if DIGITS.get(args.preset, {}).get("cuda_graphs") and not measured.get("graphed"):
+        failed.append("a trial of a --cuda-graphs preset ran eager (its log says why)")
     if not kill["killed_pid"]:
         failed.append("no trial process was found to kill")
     elif not restored:
