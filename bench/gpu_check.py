@@ -9,7 +9,8 @@
    re-estimate every epoch (to measure its cost). GPU memory and utilisation are sampled by
    nvidia-smi while it runs. After a trial's first epoch one trial process is killed
    (SIGKILL, as a spot reclaim would): Tune restores it from its checkpoint, and every
-   trial must report every epoch exactly once.
+   trial must report every epoch exactly once. With a `--cuda-graphs` preset (`paper`) every
+   epoch must have replayed its graph (`graphed`): a trial that ran eager fails the check.
 3. The paper preset's outer step alone and in trial bundles of 1, 3, 7, 21, 63 members
    (bench/outer_step.py): ms per step, kernels per step, peak memory, projected grid time.
 4. A report, REPORT/<device>.md (default bench/results/gpu/): seconds per epoch and their
