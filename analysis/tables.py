@@ -339,7 +339,9 @@ def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[Selection
                  if (value := published_value(spec, p, col)) is not None]
         block_cells = paired(ours + paper)
         cells += block_cells
-        parts.append(f"### {block}\n\n" + (f"{note}\n\n" if note else "")
+        # A benchmark may come with no published numbers (a new one): its table says so.
+        unpublished = "" if spec.published else "No published rows for this table.\n\n"
+        parts.append(f"### {block}\n\n" + (f"{note}\n\n" if note else "") + unpublished
                      + render_block(block_cells, labels, spec.corner))
     return cells, "\n".join(parts)
 

@@ -1,6 +1,6 @@
 """A slice of a digits preset's trials run eager and with `--cuda-graphs`, side by side in one
 process: each epoch's metrics and training seconds, so a graphed trial can be compared with
-the same trial eager (`--cuda-graphs` on a GPU, issue 49).
+the same trial eager (`--cuda-graphs` on a GPU).
 
     python bench/graphed_slice.py --root MNIST --device cuda           # the paper preset
     python bench/graphed_slice.py --preset quick --device cpu --epochs 1 --lam 1   # a check

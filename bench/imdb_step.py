@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from unbiased.benchmarks import imdb  # noqa: E402
+from unbiased.benchmarks import imdb_faces  # noqa: E402
 from unbiased.data import Benchmark, TensorSplit  # noqa: E402
 from unbiased.models import ResNetFeatures  # noqa: E402
 from unbiased.train import Algorithm1, LoopConfig  # noqa: E402
@@ -42,7 +42,7 @@ def random_split(n: int, size: int, seed: int = 0) -> TensorSplit:
     x = torch.randn(n, 3, size, size, generator=gen)
     y = torch.randint(2, (n,), generator=gen)
     age = torch.randint(0, 90, (n,), generator=gen).numpy()
-    return TensorSplit(x, y, imdb.age_bins(age))
+    return TensorSplit(x, y, imdb_faces.age_bins(age))
 
 
 def time_erm(algo: Algorithm1, split: TensorSplit, batch_size: int, steps: int) -> float:
@@ -92,7 +92,7 @@ def time_decode(batch_size: int, image_size: int) -> float:
             pixels = rng.integers(0, 256, (250, 250, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(Path(tmp) / name, quality=90)
             paths.append(name)
-        data = imdb.FaceImages(tmp, paths, image_size)
+        data = imdb_faces.FaceImages(tmp, paths, image_size)
         data[0]
         start = time.perf_counter()
         torch.stack([data[i] for i in range(len(data))])
@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     bs = args.batch_size
     split = random_split(bs * (args.steps + 1), args.image_size).to(device)
-    bench = Benchmark("imdb", split, {}, imdb.NUM_CLASSES,
-                      lambda: ResNetFeatures(args.arch, imdb.Z_DIM, None), imdb.Z_DIM,
-                      imdb.C_DIM)
+    bench = Benchmark("imdb", split, {}, imdb_faces.NUM_CLASSES,
+                      lambda: ResNetFeatures(args.arch, imdb_faces.Z_DIM, None), imdb_faces.Z_DIM,
+                      imdb_faces.C_DIM)
 
     def make(K: int, mode: str) -> Algorithm1:
         cfg = LoopConfig(lam=0.9, K=K, batch_size=bs, lr=1e-5, mine_lr=0.1,

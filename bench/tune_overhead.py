@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from sweeps.cli import SweepArgs  # noqa: E402
-from sweeps.digits_grid import SPEC  # noqa: E402
+from sweeps.digits_grid import GRID  # noqa: E402
 from sweeps.presets import DIGITS  # noqa: E402
 from trainables.digits import build_digits  # noqa: E402
 from unbiased.benchmarks.colored_mnist import GreyDigits, load_mnist5k  # noqa: E402
@@ -43,8 +43,8 @@ from unbiased.train import mi_eval  # noqa: E402
 
 
 def trial_configs(values: dict) -> list[dict]:
-    base = {**SPEC.fixed_values(values), "num_threads": 1, "device": "cpu"}
-    return [{**base, **point} for point in SPEC.points(values)]
+    base = {**GRID.fixed_values(values), "num_threads": 1, "device": "cpu"}
+    return [{**base, **point} for point in GRID.points(values)]
 
 
 def plain_trial(config: dict, digits: GreyDigits) -> float:
@@ -93,13 +93,13 @@ def run_tune(configs: list[dict], values: dict, digits: GreyDigits, concurrency:
     from sweeps.runner import run_tuner
     from trainables.digits import train_digits
 
-    space = SPEC.param_space(values, SPEC.points(values))
+    space = GRID.param_space(values, GRID.points(values))
     space.update({"num_threads": 1, "device": "cpu"})
     args = SweepArgs(benchmark="digits", preset="quick", values=values, out=out)
     start = time.perf_counter()
     grid = run_tuner(args, EXPERIMENT, tune.with_parameters(train_digits, digits=digits), space,
                      {"cpu": 2.0 / concurrency, "gpu": 0.0},
-                     param_keys=SPEC.param_keys(), n_trials=len(configs))
+                     param_keys=GRID.param_keys(), n_trials=len(configs))
     wall = time.perf_counter() - start
     errors = [r.error for r in grid if r.error is not None]
     if errors:

@@ -29,10 +29,11 @@ DRIVERS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from unbiased.benchmarks import BENCHMARKS
+    from unbiased.benchmarks import registered
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    names = ", ".join(dict.fromkeys([*BENCHMARKS, *DRIVERS]))
+    benchmarks = registered()
+    names = ", ".join(dict.fromkeys([*benchmarks, *DRIVERS]))
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: python -m sweeps BENCHMARK [flags]; BENCHMARK is one of {names}; "
               f"`python -m sweeps BENCHMARK --help` lists the flags")
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name in DRIVERS:
         return int(importlib.import_module(DRIVERS[name]).main(rest) or 0)
-    if name not in BENCHMARKS:
+    if name not in benchmarks:
         print(f"error: unknown benchmark {name!r}; choose one of {names}", file=sys.stderr)
         return 2
     from sweeps.core import GridSpec, run_grid

@@ -25,12 +25,12 @@ from sweeps.presets import CRITIC_ABLATION  # noqa: E402
 EXPERIMENT = "critic_ablation"
 CRITIC_AXES = ("mine_standardize", "mi_guard")
 
-SPEC = digits_grid.spec("critic_ablation.py", __doc__.splitlines()[0], CRITIC_ABLATION,
+GRID = digits_grid.spec("critic_ablation.py", __doc__.splitlines()[0], CRITIC_ABLATION,
                         EXPERIMENT, data_axes=("sigma", *CRITIC_AXES))
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_grid(SPEC, argv)
+    return run_grid(GRID, argv)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ BENCH = benchmark_spec("digits")
 
 def load_digits(args: SweepArgs):
     """The grey digits, read once in the driver (lambda_search.py shares them)."""
-    return SPEC.load(args)[0]["digits"]
+    return GRID.load(args)[0]["digits"]
 
 
 def bias_strength(args: SweepArgs, digits) -> tuple[dict, list[str]]:
@@ -44,11 +44,11 @@ def spec(prog: str = "digits_grid.py", description: str = __doc__.splitlines()[0
                                    experiment=experiment, data_axes=data_axes)
 
 
-SPEC = spec()
+GRID = spec()
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_grid(SPEC, argv)
+    return run_grid(GRID, argv)
 
 
 if __name__ == "__main__":

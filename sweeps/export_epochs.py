@@ -43,9 +43,9 @@ COLUMNS = [*TRIAL_KEYS, "epoch", "train_acc", "test_acc", "mi", "penalty",
 
 def data_axes() -> list[str]:
     """Every registered benchmark's data axes: sigma, rho, ..."""
-    from unbiased.benchmarks import BENCHMARKS, benchmark_spec
+    from unbiased.benchmarks import benchmark_spec, registered
 
-    return list(dict.fromkeys(a for name in BENCHMARKS for a in benchmark_spec(name).data_axes))
+    return list(dict.fromkeys(a for name in registered() for a in benchmark_spec(name).data_axes))
 
 
 def trial_keys(df: pd.DataFrame) -> list[str]:

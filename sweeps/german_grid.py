@@ -32,10 +32,10 @@ SVM_METHOD = "svm"
 
 
 def _svm(args: SweepArgs, loaded: dict, like: pd.DataFrame) -> pd.DataFrame:
-    from unbiased.benchmarks import german
+    from unbiased.benchmarks import german_credit
 
     table = loaded["table"]
-    return svm_rows([svm_baseline(german.build(seed, table=table), seed)
+    return svm_rows([svm_baseline(german_credit.build(seed, table=table), seed)
                      for seed in args["seeds"]], like)
 
 
@@ -58,13 +58,13 @@ def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
     return df.astype({c: like[c].dtype for c in like.columns if c in df.columns})
 
 
-# The registered benchmark (unbiased/benchmarks/german_credit.py) plus the SVM rows.
-SPEC = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), prog="german_grid.py",
+# The registered benchmark (unbiased/benchmarks/german.py) plus the SVM rows.
+GRID = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), prog="german_grid.py",
                                description=__doc__.splitlines()[0], extra_rows=_svm)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_grid(SPEC, argv)
+    return run_grid(GRID, argv)
 
 
 if __name__ == "__main__":

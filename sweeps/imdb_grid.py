@@ -26,13 +26,13 @@ from unbiased.benchmarks import benchmark_spec  # noqa: E402
 EXPERIMENT = "imdb_grid"
 BENCHMARK = "imdb"
 
-# Everything is the registered benchmark's (unbiased/benchmarks/imdb_faces.py).
-SPEC = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), prog="imdb_grid.py",
+# Everything is the registered benchmark's (unbiased/benchmarks/imdb.py).
+GRID = GridSpec.from_benchmark(benchmark_spec(BENCHMARK), prog="imdb_grid.py",
                                description=__doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_grid(SPEC, argv)
+    return run_grid(GRID, argv)
 
 
 if __name__ == "__main__":

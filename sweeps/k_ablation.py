@@ -24,11 +24,11 @@ from sweeps.presets import K_ABLATION  # noqa: E402
 EXPERIMENT = "k_ablation"
 
 
-SPEC = digits_grid.spec("k_ablation.py", __doc__.splitlines()[0], K_ABLATION, EXPERIMENT)
+GRID = digits_grid.spec("k_ablation.py", __doc__.splitlines()[0], K_ABLATION, EXPERIMENT)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_grid(SPEC, argv)
+    return run_grid(GRID, argv)
 
 
 if __name__ == "__main__":

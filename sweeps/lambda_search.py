@@ -25,7 +25,7 @@ import pandas as pd  # noqa: E402
 from sweeps import trackers  # noqa: E402
 from sweeps.cli import build_parser, resolve  # noqa: E402
 from sweeps.common import SweepError, fail  # noqa: E402
-from sweeps.digits_grid import BENCH, SPEC, bias_strength, load_digits  # noqa: E402
+from sweeps.digits_grid import BENCH, GRID, bias_strength, load_digits  # noqa: E402
 from sweeps.outputs import check_out_dir, storage_dir, write_outputs  # noqa: E402
 from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
 from sweeps.ray_init import init_ray  # noqa: E402
@@ -44,7 +44,7 @@ def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backpr
     from sweeps.core import has_key
 
     low, high = (float(v) for v in values["lam_range"])
-    space = SPEC.fixed_values(values)
+    space = GRID.fixed_values(values)
     space.update({
         "method": method, "sigma": float(sigma), "seed": int(seed),
         "lam": tune.loguniform(low, high),
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
     try:
         # Every method's config at both ends of the lambda range and each K, before Ray.
-        SPEC.check_read(args.values, args.explicit)
-        SPEC.validate({**args.values, "lam": list(args["lam_range"])})
+        GRID.check_read(args.values, args.explicit)
+        GRID.validate({**args.values, "lam": list(args["lam_range"])})
         trackers.check_installed(args)
         check_out_dir(args, EXPERIMENT)
         digits = load_digits(args)
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                              param_keys=("method", "sigma", "lam", "K", "seed"),
                              n_trials=samples, search_alg=make_searcher(samples, seed),
                              num_samples=samples)
-            frames.append(results_frame(grid, EXPERIMENT, "digits", SPEC.result_columns()))
+            frames.append(results_frame(grid, EXPERIMENT, "digits", GRID.result_columns()))
         df = pd.concat(frames, ignore_index=True).sort_values(
             ["method", "sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
         written = write_outputs(args, EXPERIMENT, df)

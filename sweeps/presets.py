@@ -19,7 +19,7 @@ IMDB = benchmark_spec("imdb").presets
 # The supplementary's K ablation (sweeps/k_ablation.py): K in {20, 40, 80} x sigma x seeds at
 # lam = 1, everything else as the digits grid of the same name.
 K_ABLATION: dict[str, dict[str, object]] = {
-    # One sigma, one seed, 3 trials on the embedded data: 338 s measured on 2 shared CPU cores.
+    # One sigma, one seed, 3 trials on the embedded data (minutes on 2 cores).
     "quick": {**DIGITS["quick"], "sigma": [0.03], "lam": [1.0], "K": [20, 40, 80],
               "seeds": [0]},
     # The supplementary's figure at full scale on the cpu protocol: lam 1 at sigma .020, the
@@ -45,8 +45,7 @@ CRITIC_ABLATION: dict[str, dict[str, object]] = {
 # high train_acc) per (sigma, seed); lambda log-uniform in lam_range, K chosen from the list.
 _SEARCH = {"K": [20, 40, 80], "lam_range": [0.01, 10.0]}
 LAMBDA_SEARCH: dict[str, dict[str, object]] = {
-    # 6 trials at one sigma on the embedded data: about 9 minutes on 2 CPU cores (4 took
-    # 334 s, two at a time).
+    # 6 trials at one sigma on the embedded data (minutes on 2 cores).
     "quick": {**{k: v for k, v in DIGITS["quick"].items() if k != "lam"}, **_SEARCH,
               "sigma": [0.03], "seeds": [0], "samples": 6},
     # 16 trials per paper sigma, one seed: 112 trials at the paper's settings.

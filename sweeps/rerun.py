@@ -43,9 +43,9 @@ def specs() -> dict[str, GridSpec]:
     from sweeps import digits_grid, german_grid, imdb_grid, k_ablation
     from unbiased.benchmarks import all_specs
 
-    own = {"digits_grid": digits_grid.SPEC, "k_ablation": k_ablation.SPEC,
-           "lambda_search": digits_grid.SPEC, "german_grid": german_grid.SPEC,
-           "imdb_grid": imdb_grid.SPEC}
+    own = {"digits_grid": digits_grid.GRID, "k_ablation": k_ablation.GRID,
+           "lambda_search": digits_grid.GRID, "german_grid": german_grid.GRID,
+           "imdb_grid": imdb_grid.GRID}
     generic = {f"{bench.name}_grid": bench for bench in all_specs()}
     return {**{name: GridSpec.from_benchmark(bench) for name, bench in generic.items()
                if name not in own}, **own}

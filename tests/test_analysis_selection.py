@@ -175,7 +175,7 @@ def test_choice_is_frozen() -> None:
 
 
 def test_a_lambda_whose_fresh_estimate_failed_is_not_picked_by_the_label_free_rules() -> None:
-    # The screen's lntl at lam 1 (issue 28): mi_eval -0.02 against a prediction floor of 1.60,
+    # The screen preset's lntl at lam 1: mi_eval -0.02 against a prediction floor of 1.60,
     # so its MI is unknown; read as measured it would win both label-free rules.
     specs = [
         dict(lam=0.0, mi=NAN, mi_eval=2.6, test_acc=0.69, train_acc=1.0),

@@ -40,7 +40,7 @@ def _run(*args: str) -> Ran:
     (["--batch-size", "1"], "--batch-size: 1: must be >= 2"),
     (["--inner-z", "bank", "--bank-size", "1"], "--bank-size: 1: must be >= 2"),
     (["--train-eval-rows", "1"], "train_eval_rows must be 0"),
-    # a flag no method of the sweep reads would be dropped silently (issue 20)
+    # a flag no method of the sweep reads would be dropped silently
     (["--method", "hsic", "--mine-ema-rate", "0.01"],
      "--mine-ema-rate is read only by method mi_backprop, and this sweep runs hsic"),
     (["--method", "grad_reversal", "--K", "20"], "--K is read only by method mi_backprop"),
@@ -108,11 +108,11 @@ def test_dry_run_lists_every_trial_and_starts_nothing(tmp_path):
 
 
 def test_lam_zero_runs_once_per_data_point_and_seed():
-    from sweeps.digits_grid import SPEC
+    from sweeps.digits_grid import GRID
 
     values = {"sigma": [0.02, 0.03], "method": ["mi_backprop", "hsic"], "lam": [0.0, 1.0],
               "K": [20, 40, 80], "seeds": [0, 1]}
-    points = SPEC.points(values)
+    points = GRID.points(values)
     zero = [p for p in points if p["lam"] == 0]
     assert len(zero) == 2 * 2  # sigma x seed: not once per method or K
     assert {(p["method"], p.get("K")) for p in zero} == {("mi_backprop", 20)}
@@ -120,22 +120,22 @@ def test_lam_zero_runs_once_per_data_point_and_seed():
 
 
 def test_each_method_can_have_its_own_lambdas():
-    from sweeps.digits_grid import SPEC
+    from sweeps.digits_grid import GRID
 
     values = {"sigma": [0.03], "method": ["mi_backprop", "lntl", "hsic"], "lam": [0.0, 1.0],
               "K": [80], "seeds": [0], "method_lam": {"lntl": [0.0, 0.01, 0.1]}}
-    got = [(p["method"], p["lam"]) for p in SPEC.points(values)]
+    got = [(p["method"], p["lam"]) for p in GRID.points(values)]
     # lam 0 (ERM) still once, from --lam; lntl's own list replaces lam 1; hsic keeps --lam's
     assert got == [("mi_backprop", 0.0), ("mi_backprop", 1.0), ("lntl", 0.01),
                    ("lntl", 0.1), ("hsic", 1.0)]
 
 
 def test_grid_runs_seed_by_seed_and_the_first_method_first():
-    from sweeps.digits_grid import SPEC
+    from sweeps.digits_grid import GRID
 
     values = {"sigma": [0.02, 0.03], "method": ["mi_backprop", "hsic"], "lam": [0.0, 1.0],
               "K": [80], "seeds": [2, 0]}
-    got = [(p["seed"], p["method"], p["lam"], p["sigma"]) for p in SPEC.points(values)]
+    got = [(p["seed"], p["method"], p["lam"], p["sigma"]) for p in GRID.points(values)]
     # a cut-off grid holds whole seeds, the first method's ERM and lambda rows first
     assert got == [(2, "mi_backprop", 0.0, 0.02), (2, "mi_backprop", 1.0, 0.02),
                    (2, "mi_backprop", 0.0, 0.03), (2, "mi_backprop", 1.0, 0.03),
@@ -254,7 +254,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
     from unbiased.methods import METHODS
     from unbiased.methods.mi_backprop import INNER_Z_MODES
 
-    spec = importlib.import_module(f"sweeps.{driver}").SPEC
+    spec = importlib.import_module(f"sweeps.{driver}").GRID
     parser = build_parser(spec.prog, "d", spec.presets, **spec.parser_options)
     flags = {a.dest: a for a in parser._actions}
     for cls in METHODS.values():

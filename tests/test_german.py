@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from unbiased.benchmarks import german
+from unbiased.benchmarks import german_credit
 from unbiased.data import DataError, SplitOutputs
 from unbiased.metrics import eo_metric, equality_of_opportunity, true_positive_rate
 
@@ -19,12 +19,12 @@ N_NUMERIC_WITHOUT_AGE = 6  # attributes 2, 5, 8, 11, 16, 18
 
 @pytest.fixture(scope="module")
 def table():
-    return german.load_table()
+    return german_credit.load_table()
 
 
 @pytest.fixture(scope="module")
 def lines() -> list[str]:
-    return german.SHIPPED_FILE.read_text().splitlines()
+    return german_credit.SHIPPED_FILE.read_text().splitlines()
 
 
 def _write(tmp_path, lines: list[str]):
@@ -38,14 +38,14 @@ def test_shipped_file_has_the_known_facts(table):
     assert len(table) == N_ROWS
     assert int(table.good.sum()) == N_GOOD
     assert int((table.age <= 25).sum()) == N_YOUNG
-    assert table.md5 == german.SHIPPED_MD5
+    assert table.md5 == german_credit.SHIPPED_MD5
     assert table.age.min() == 19 and table.age.max() == 75
 
 
 def test_root_may_be_the_file_or_its_directory(tmp_path, lines, table):
     path = _write(tmp_path, lines)
     for root in (path, tmp_path):
-        other = german.load_table(root)
+        other = german_credit.load_table(root)
         assert other.source == str(path) and other.md5 == table.md5
         assert np.array_equal(other.codes, table.codes)
         assert np.array_equal(other.numeric, table.numeric)
@@ -53,11 +53,11 @@ def test_root_may_be_the_file_or_its_directory(tmp_path, lines, table):
 
 def test_missing_file_is_one_line_saying_how_to_get_it(tmp_path):
     with pytest.raises(DataError) as err:
-        german.load_table(tmp_path / "nowhere")
+        german_credit.load_table(tmp_path / "nowhere")
     message = str(err.value)
     assert "\n" not in message
     assert "not found" in message and "german.data" in message
-    assert german.DOWNLOAD_URL in message
+    assert german_credit.DOWNLOAD_URL in message
 
 
 @pytest.mark.parametrize("line_no, edit, needles", [
@@ -71,7 +71,7 @@ def test_malformed_file_names_the_line(tmp_path, lines, line_no, edit, needles):
     bad = list(lines)
     bad[line_no - 1] = " ".join(edit(bad[line_no - 1].split()))
     with pytest.raises(DataError) as err:
-        german.load_table(_write(tmp_path, bad))
+        german_credit.load_table(_write(tmp_path, bad))
     message = str(err.value)
     assert "\n" not in message
     for needle in needles:
@@ -80,16 +80,16 @@ def test_malformed_file_names_the_line(tmp_path, lines, line_no, edit, needles):
 
 # -- x, y, c -----------------------------------------------------------------------------------
 def test_x_has_the_documented_one_hot_layout_and_no_age():
-    bench = german.build(0)
-    names = german.feature_names()
+    bench = german_credit.build(0)
+    names = german_credit.feature_names()
     assert bench.train.x.shape[1] == len(names) == N_ONE_HOT + N_NUMERIC_WITHOUT_AGE == 62
     assert not any(name.startswith("age") for name in names)
     assert names[:4] == [f"checking_status=A1{k}" for k in range(1, 5)]
     assert names[4] == "duration_months"
     x = torch.cat([bench.train.x, bench.eval_splits["test_acc"].x])
     # every categorical attribute has exactly one hot column per row
-    for a, codes in german.CATEGORICAL.items():
-        cols = [names.index(f"{german.ATTRIBUTE_NAMES[a]}={code}") for code in codes]
+    for a, codes in german_credit.CATEGORICAL.items():
+        cols = [names.index(f"{german_credit.ATTRIBUTE_NAMES[a]}={code}") for code in codes]
         assert torch.equal(x[:, cols].sum(1), torch.ones(len(x)))
     # codes that never occur in the file still keep their (all-zero) column
     for absent in ("purpose=A47", "personal_status_sex=A95"):
@@ -98,15 +98,15 @@ def test_x_has_the_documented_one_hot_layout_and_no_age():
 
 def test_layout_does_not_depend_on_which_codes_appear(tmp_path, lines):
     # The first 40 rows lack several codes (e.g. A44, A410); the width must not change.
-    table = german.load_table(_write(tmp_path, lines[:40]))
-    assert len(np.unique(table.codes[:, 2])) < len(german.CATEGORICAL[4])
-    assert german.build(0, table=table).train.x.shape[1] == german.X_WIDTH
+    table = german_credit.load_table(_write(tmp_path, lines[:40]))
+    assert len(np.unique(table.codes[:, 2])) < len(german_credit.CATEGORICAL[4])
+    assert german_credit.build(0, table=table).train.x.shape[1] == german_credit.X_WIDTH
 
 
 def test_y_is_good_credit_and_c_is_young(table):
-    bench = german.build(1, table=table)
+    bench = german_credit.build(1, table=table)
     train, test = bench.train, bench.eval_splits["test_acc"]
-    train_idx, test_idx = german.split_indices(table.good, 1)
+    train_idx, test_idx = german_credit.split_indices(table.good, 1)
     assert torch.equal(train.y, torch.from_numpy(table.good[train_idx].astype(np.int64)))
     assert train.c.shape == (len(train), 1) and train.c.dtype == torch.float32
     assert torch.equal(test.c[:, 0], torch.from_numpy((table.age[test_idx] <= 25)
@@ -119,10 +119,10 @@ def test_y_is_good_credit_and_c_is_young(table):
 
 
 def test_numeric_columns_are_scaled_with_training_statistics_only(table):
-    bench = german.build(2, table=table)
-    names = german.feature_names()
-    numeric = [names.index(german.ATTRIBUTE_NAMES[a]) for a in german.NUMERIC
-               if a != german.AGE_ATTRIBUTE]
+    bench = german_credit.build(2, table=table)
+    names = german_credit.feature_names()
+    numeric = [names.index(german_credit.ATTRIBUTE_NAMES[a]) for a in german_credit.NUMERIC
+               if a != german_credit.AGE_ATTRIBUTE]
     train = bench.train.x[:, numeric].double()
     test = bench.eval_splits["test_acc"].x[:, numeric].double()
     assert torch.allclose(train.mean(0), torch.zeros(6, dtype=torch.float64), atol=1e-6)
@@ -130,22 +130,22 @@ def test_numeric_columns_are_scaled_with_training_statistics_only(table):
                           atol=1e-5)
     assert (test.mean(0).abs() > 1e-3).any()  # the test split is not re-centred on itself
     # duration of the test rows = (raw - train mean) / train std
-    train_idx, test_idx = german.split_indices(table.good, 2)
-    raw = table.numeric[:, german.NUMERIC.index(2)]
+    train_idx, test_idx = german_credit.split_indices(table.good, 2)
+    raw = table.numeric[:, german_credit.NUMERIC.index(2)]
     expected = (raw[test_idx] - raw[train_idx].mean()) / raw[train_idx].std()
     assert np.allclose(test[:, 0].numpy(), expected, atol=1e-5)
 
 
 def test_split_is_70_30_stratified_and_fixed_by_the_seed(table):
-    train_idx, test_idx = german.split_indices(table.good, 5)
+    train_idx, test_idx = german_credit.split_indices(table.good, 5)
     assert len(train_idx) == 700 and len(test_idx) == 300
     assert np.intersect1d(train_idx, test_idx).size == 0
     assert np.array_equal(np.union1d(train_idx, test_idx), np.arange(N_ROWS))
     assert int(table.good[train_idx].sum()) == 490 and int(table.good[test_idx].sum()) == 210
-    again, _ = german.split_indices(table.good, 5)
-    other, _ = german.split_indices(table.good, 6)
+    again, _ = german_credit.split_indices(table.good, 5)
+    other, _ = german_credit.split_indices(table.good, 6)
     assert np.array_equal(train_idx, again) and not np.array_equal(train_idx, other)
-    a, b = german.build(5, table=table), german.build(5, table=table)
+    a, b = german_credit.build(5, table=table), german_credit.build(5, table=table)
     assert torch.equal(a.train.x, b.train.x) and torch.equal(a.train.c, b.train.c)
 
 
@@ -179,7 +179,7 @@ def test_eo_is_nan_when_a_group_has_no_positive():
 def test_svm_baseline_on_one_seed(table):
     from sweeps.baselines import SVM_C_GRID, svm_baseline
 
-    result = svm_baseline(german.build(0, table=table), seed=0)
+    result = svm_baseline(german_credit.build(0, table=table), seed=0)
     assert result.C in SVM_C_GRID
     assert 0.6 < result.test_acc <= 1.0
     assert result.train_acc > 0.7

@@ -1,4 +1,4 @@
-"""Issue 40, point 9: a SIGTERM to the driver's whole process group (`timeout`, a batch
+"""A SIGTERM to the driver's whole process group (`timeout`, a batch
 scheduler's cancel, `kill -- -PGID`) stops a local sweep as one to the driver alone does: the
 state saved, the `--resume` line, exit 143, no Ray process left; and the line resumes it. A
 SIGKILL to the group leaves no Ray process either (checked on test_reliability.py's killed

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.drivers import Ran, run_main
-from unbiased.benchmarks import imdb
+from unbiased.benchmarks import imdb_faces
 from unbiased.data import DataError, LoaderSplit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,8 +113,8 @@ def fake(tmp_path_factory) -> FakeImdb:
 
 
 @pytest.fixture(scope="module")
-def index(fake) -> imdb.ImdbIndex:
-    return imdb.load_index(fake.root)
+def index(fake) -> imdb_faces.ImdbIndex:
+    return imdb_faces.load_index(fake.root)
 
 
 # ----------------------------------------------------------------------------- loader
@@ -134,7 +134,7 @@ def test_age_is_whole_years_on_first_of_july_from_the_matlab_datenum():
     dob = np.array([693726.0, datenum(dt.date(1980, 7, 1)), datenum(dt.date(1980, 7, 2)),
                     datenum(dt.date(1980, 12, 31)), 0.0, math.nan])
     taken = np.array([1968.0, 2010, 2010, 2010, 2010, 2010])
-    ages = imdb.matlab_age(dob, taken)
+    ages = imdb_faces.matlab_age(dob, taken)
     assert ages[:4].tolist() == [69, 30, 29, 29]
     assert np.isnan(ages[4:]).all()
 
@@ -161,21 +161,21 @@ def test_ages_and_genders_of_kept_rows(fake, index):
 def test_missing_mat_is_one_line_saying_where_to_get_it(tmp_path):
     for root in (tmp_path, None):
         with pytest.raises(DataError) as err:
-            imdb.load_index(root)
+            imdb_faces.load_index(root)
         message = str(err.value)
-        assert "\n" not in message and imdb.DOWNLOAD_URL in message
+        assert "\n" not in message and imdb_faces.DOWNLOAD_URL in message
 
 
 def test_not_a_mat_file_is_one_line(tmp_path):
     (tmp_path / "imdb.mat").write_bytes(b"garbage")
     with pytest.raises(DataError, match="cannot read") as err:
-        imdb.load_index(tmp_path)
+        imdb_faces.load_index(tmp_path)
     assert "\n" not in str(err.value)
 
 
 def test_age_bins_are_five_years_one_hot():
-    c = imdb.age_bins(np.array([0, 4, 5, 29, 30, 40, 99, 100]))
-    assert c.shape == (8, imdb.C_DIM) == (8, 21)
+    c = imdb_faces.age_bins(np.array([0, 4, 5, 29, 30, 40, 99, 100]))
+    assert c.shape == (8, imdb_faces.C_DIM) == (8, 21)
     assert (c.sum(1) == 1).all()
     assert c.argmax(1).tolist() == [0, 0, 1, 5, 6, 8, 19, 20]
 
@@ -184,7 +184,7 @@ def test_age_bins_are_five_years_one_hot():
 
 
 def test_splits_follow_the_protocol_and_are_disjoint(index):
-    splits = imdb.build_splits(index)
+    splits = imdb_faces.build_splits(index)
     eb1, eb2, test = (splits.rows[k] for k in ("EB1", "EB2", "test"))
     assert len(eb1) and len(eb2) and len(test)
     young, old = index.age <= 29, index.age >= 40
@@ -198,18 +198,18 @@ def test_splits_follow_the_protocol_and_are_disjoint(index):
     assert set(index.age[test]) >= {30, 35} and set(index.male[test]) == {True, False}
     # every non-test image of the right gender x age cell is in its EB split (no cap binds)
     not_test = ~np.isin(index.celeb_id, list(test_people))
-    assert len(eb1) == int((not_test & imdb.eb_masks(index)["EB1"]).sum())
+    assert len(eb1) == int((not_test & imdb_faces.eb_masks(index)["EB1"]).sum())
     assert splits.pools == {"EB1": len(eb1), "EB2": len(eb2), "test": len(test)}
 
 
 def test_splits_are_deterministic_and_capped_in_hash_order(index):
-    a, b = imdb.build_splits(index), imdb.build_splits(index)
+    a, b = imdb_faces.build_splits(index), imdb_faces.build_splits(index)
     for name in ("EB1", "EB2", "test"):
         assert a.rows[name].tolist() == b.rows[name].tolist()
-    capped = imdb.build_splits(index, {"EB1": 5, "EB2": 4, "test": 3})
+    capped = imdb_faces.build_splits(index, {"EB1": 5, "EB2": 4, "test": 3})
     assert [len(capped.rows[k]) for k in ("EB1", "EB2", "test")] == [5, 4, 3]
     assert capped.rows["EB1"].tolist() == a.rows["EB1"][:5].tolist()
-    line = imdb.describe_splits(a)
+    line = imdb_faces.describe_splits(a)
     assert "36,003" in line and "16,799" in line and "22,468" in line
 
 
@@ -217,7 +217,7 @@ def test_splits_are_deterministic_and_capped_in_hash_order(index):
 
 
 def test_benchmark_loads_images_through_workers(index):
-    bench = imdb.build(index, "EB2", train_subset=6, max_eval=5, arch="resnet18",
+    bench = imdb_faces.build(index, "EB2", train_subset=6, max_eval=5, arch="resnet18",
                        weights_path=None, image_size=SIZE, num_workers=2)
     assert set(bench.eval_splits) == {"acc_eb1", "acc_test"}
     assert (bench.c_dim, bench.z_dim, bench.num_classes) == (21, 128, 2)
@@ -311,7 +311,7 @@ def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):
     proc = _driver("--root", str(empty), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "imdb.mat" in lines[0] and imdb.DOWNLOAD_URL in lines[0]
+    assert len(lines) == 1 and "imdb.mat" in lines[0] and imdb_faces.DOWNLOAD_URL in lines[0]
     assert not (tmp_path / "out").exists()
 
     from sweeps.cli import build_parser, resolve

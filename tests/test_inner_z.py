@@ -1,4 +1,4 @@
-"""The inner-loop z sources and speed options of Algorithm 1 (issue 7).
+"""The inner-loop z sources and speed options of Algorithm 1.
 
 Every inner z mode must compute the same MI as `fresh` when its z cannot be stale: each inner
 MINE step's z must be what a fresh forward of g gives on the same training rows. No timing here

@@ -82,7 +82,7 @@ def test_lam_zero_is_plain_erm_and_lam_one_is_not(method, grey_digits):
 
 @pytest.mark.slow
 def test_lam_zero_is_the_same_erm_under_every_method_and_K(grey_digits):
-    # Each method draws from generators of its own (issue 20): at lam = 0, g and f see the
+    # Each method draws from generators of its own: at lam = 0, g and f see the
     # same batches in the same order as plain ERM, epoch after epoch, evaluation included.
     torch.set_num_threads(1)
     bench = _tiny_bench(grey_digits, width=SMALL_NET_CONFIG["width"])  # equality, not learning

@@ -81,8 +81,8 @@ def test_bad_ema_rate_is_rejected():
 
 
 def test_standardized_critic_is_blind_to_the_scale_and_shift_of_z():
-    # The feature extractor cannot move a standardised T's estimate by rescaling z (issue 18:
-    # z drifting out of T's range let the theta step fool T); a plain T's estimate moves.
+    # The feature extractor cannot move a standardised T's estimate by rescaling z (z drifting
+    # out of T's range let the theta step fool T on full MNIST); a plain T's estimate moves.
     torch.manual_seed(0)
     z, c = torch.randn(256, 4), torch.randn(256, 2)
     moved = z * 40.0 + 7.0

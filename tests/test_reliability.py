@@ -1,4 +1,4 @@
-"""Issue 9: sweeps survive crashes and kills, bad input gets one clear line, runs reproduce."""
+"""Sweeps survive crashes and kills, bad input gets one clear line, runs reproduce."""
 
 from __future__ import annotations
 
@@ -253,7 +253,7 @@ def test_killed_writer_leaves_the_old_file_intact(tmp_path):
     assert all(p.name.startswith(".table.md.") for p in leftovers)  # hidden temp, not target
 
 
-# -- Tune's state cut off by a kill mid-copy (issue 13's red CI) -----------------------------
+# -- Tune's state cut off by a kill mid-copy ---------------------------------------------------
 
 def _killed_experiment(storage: Path, staging_root: Path | None) -> dict[Path, bytes]:
     """A Tune experiment dir as a kill during Tune's copy of its files leaves it: the state

@@ -68,7 +68,7 @@ def test_table_md_says_its_cells_are_the_reported_epoch_when_a_rule_picked_one()
     assert "reported epoch" in picked_md and "final-epoch value" not in picked_md
 
 
-# -- issue 18: a sound stopping rule ------------------------------------------------------------
+# -- a sound stopping rule ---------------------------------------------------------------
 
 def test_nan_or_infinite_estimates_are_never_picked_and_never_crash():
     nan, inf = float("nan"), float("inf")
@@ -83,7 +83,7 @@ def test_nan_or_infinite_estimates_are_never_picked_and_never_crash():
 
 
 def test_an_estimate_below_its_prediction_floor_is_an_estimator_failure():
-    # seed 7 of issue 18: mi_eval ~0 on a model that fits the labels, below the ~1.9 nats
+    # full MNIST, seed 7: mi_eval ~0 on a model that fits the labels, below the ~1.9 nats
     # the same estimator reads on its one-hot predictions (a function of z).
     recs = [EpochRecord(1, 0.95, 2.4, floor=1.8), EpochRecord(2, 0.96, 1.6, floor=1.8),
             EpochRecord(3, 0.97, 0.0, floor=1.8), EpochRecord(4, 0.97, -0.01, floor=1.7)]

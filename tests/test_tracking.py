@@ -1,4 +1,4 @@
-"""`--tracker mlflow` (issue 19), against real MLflow: a local store and a real server; the
+"""`--tracker mlflow` against real MLflow: a local store and a real server; the
 same sweeps log to W&B offline where its extra is installed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`--tracker wandb` (issue 30): a real sweep logged offline, its run files read back (the
+"""`--tracker wandb`: a real sweep logged offline, its run files read back (the
 sweeps run in tests/test_tracking.py, logged to MLflow and W&B at once)."""
 
 from __future__ import annotations

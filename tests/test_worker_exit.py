@@ -1,7 +1,6 @@
 """A trial's worker keeps the raylet's SIGTERM quiet (trainables/common.py:
 quiet_sigterm_in_worker): with Ray's own handler, one landing in the interpreter's teardown
-(CI, stop 45) or in a weakref callback (CI, stop 47) printed a SystemExit traceback in the
-driver's output."""
+or in a weakref callback printed a SystemExit traceback in the driver's output."""
 
 from __future__ import annotations
 

@@ -234,7 +234,7 @@ def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
     return metrics
 
 
-def estimate_mi(algo, plan: Plan) -> dict[str, float]:
+def fresh_estimates(algo, plan: Plan) -> dict[str, float]:
     """MI of the training features by fresh statistics networks (mi_eval), and with the
     stopping rule the floors it checks them against."""
     z, y, c = algo.train_eval_set()
@@ -320,7 +320,7 @@ def quiet_sigterm_in_worker() -> None:
     later; Ray's handler raises SystemExit wherever the main thread is. Inside a weakref
     callback or a __del__ that exception cannot propagate, and Python printed its traceback
     ("Exception ignored in ... SystemExit: 1"), which reached the driver after trials ended
-    and on a stopped sweep (CI, stops 45 and 47). The worker is ending anyway: the SIGKILL
+    and on a stopped sweep. The worker is ending anyway: the SIGKILL
     still comes.
     - Once the interpreter exits, SIGTERM is ignored: atexit runs this handler in the main
       thread (where signal.signal is allowed) before the teardown of modules and weak
@@ -406,7 +406,7 @@ def close_epoch(algo, plan: Plan, rule: StoppingRecords | None, metrics: dict,
     estimated = plan.estimates_at(epoch)
     if estimated:
         mi_start = time.perf_counter()
-        metrics.update(estimate_mi(algo, plan))
+        metrics.update(fresh_estimates(algo, plan))
         metrics["mi_eval_s"] = time.perf_counter() - mi_start
     ckpt_start = time.perf_counter()
     state = algo.state_dict()

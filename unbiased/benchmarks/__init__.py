@@ -10,6 +10,7 @@ spec module imports its data code (torch) inside the functions that need it.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,23 +18,41 @@ if TYPE_CHECKING:
 
 BENCHMARKS: dict[str, str] = {
     "digits": "unbiased.benchmarks.digits",
-    "german": "unbiased.benchmarks.german_credit",
-    "imdb": "unbiased.benchmarks.imdb_faces",
+    "german": "unbiased.benchmarks.german",
+    "imdb": "unbiased.benchmarks.imdb",
     "biased_mnist": "unbiased.benchmarks.biased_mnist",
 }
+# Benchmarks kept outside this package, "NAME=module[,NAME=module]" (each module holds its
+# SPEC, importable where the sweep runs). A local sweep's Ray workers inherit the driver's
+# environment; a cluster's get it through the head's environment or a runtime_env.
+EXTRA_BENCHMARKS_ENV = "UNBIASED_BENCHMARKS"
+
+
+def registered() -> dict[str, str]:
+    """Every benchmark name -> its spec module: the package's, then those of
+    UNBIASED_BENCHMARKS."""
+    extra = {}
+    for item in filter(None, (part.strip() for part in
+                              os.environ.get(EXTRA_BENCHMARKS_ENV, "").split(","))):
+        name, _, module = (s.strip() for s in item.partition("="))
+        if not name or not module:
+            raise ValueError(f"{EXTRA_BENCHMARKS_ENV}: {item!r} is not NAME=module")
+        extra[name] = module
+    return {**BENCHMARKS, **extra}
 
 
 def benchmark_spec(name: str) -> BenchmarkSpec:
     """The registered benchmark's spec (its module imported on first use)."""
-    if name not in BENCHMARKS:
-        raise KeyError(f"unknown benchmark {name!r}; registered: {', '.join(BENCHMARKS)}")
-    spec = importlib.import_module(BENCHMARKS[name]).SPEC
+    modules = registered()
+    if name not in modules:
+        raise KeyError(f"unknown benchmark {name!r}; registered: {', '.join(modules)}")
+    spec = importlib.import_module(modules[name]).SPEC
     if spec.name != name:
-        raise ValueError(f"{BENCHMARKS[name]}.SPEC is named {spec.name!r}, registered as "
+        raise ValueError(f"{modules[name]}.SPEC is named {spec.name!r}, registered as "
                          f"{name!r}")
     return spec
 
 
 def all_specs() -> list[BenchmarkSpec]:
     """Every registered benchmark's spec, in the registry's order."""
-    return [benchmark_spec(name) for name in BENCHMARKS]
+    return [benchmark_spec(name) for name in registered()]

@@ -40,7 +40,7 @@ from unbiased.benchmarks.spec import (
     Protocol,
     PublishedRow,
     TableSpec,
-    trial_device,
+    build_device,
 )
 from unbiased.settings import setting
 
@@ -233,7 +233,7 @@ def build_trial(config: dict, digits: GreyDigits | None = None) -> Benchmark:
 
         digits = load_grey_digits(config.get("source", "mnist5k"), config.get("root"))
     return build(digits, float(config["rho"]), int(config["seed"]),
-                 z_dim=int(config.get("z_dim", 64)), device=trial_device(config),
+                 z_dim=int(config.get("z_dim", 64)), device=build_device(config),
                  z_relu=bool(config.get("z_relu", False)), width=int(config.get("width", 64)))
 
 

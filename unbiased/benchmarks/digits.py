@@ -18,7 +18,7 @@ from unbiased.benchmarks.spec import (
     Protocol,
     PublishedRow,
     TableSpec,
-    trial_device,
+    build_device,
 )
 from unbiased.settings import setting
 
@@ -51,33 +51,20 @@ class DigitsSettings:
         choices=("scaled", "flat"))
 
 
-# The cpu preset's epochs: its schedule (Adam 1e-3 at batch 128, decayed to 0 by a
-# cosine over these epochs) brings ERM on Kim's palette to the published row's level within
-# 2-6 epochs, and lam = 1 holds to the last of them; the 14-trial grid at 6 epochs took 69 min
-# on 2 cores (ERM ~77 s an epoch, lam = 1 ~110 s, side by side on full MNIST; docs/MEASURED.md,
-# "The cpu preset's schedule" and "Table 1 with the cpu preset at 6 epochs").
+# The cpu preset's epochs (docs/MEASURED.md, "The `cpu` preset's schedule").
 EPOCHS_CPU = 6
 # Full MNIST: train_acc, the trial's own mi and mi_eval on a fixed random 10,000 of the
 # 60,000 training rows (a forward of all of them cost 30% of an epoch; bench/epoch_cost.py).
 TRAIN_EVAL_ROWS = 10_000
 
-# The paper preset's stopping rule re-estimates MI every this many epochs (and at the last):
-# its 4 fresh critics of 3,000 steps took 25 s against an epoch's 11.4 s of training on an
-# H200 with 4 trials sharing it, 69% of a trial if every epoch, 13% at 15 (docs/MEASURED.md,
-# "The GPU path on an H200").
+# The paper preset's stopping rule re-estimates MI every this many epochs, and at the last
+# (its cost: docs/MEASURED.md, "The GPU path on an H200").
 MI_EVAL_EVERY_PAPER = 15
 
 DIGITS: dict[str, dict[str, object]] = {
-    # The embedded 5k subset on CPU, 4 trials, about 5 minutes on 2 cores. The paper's lr
-    # (1e-4) is tuned for 60k images x 150 epochs; on 4k images x 6 epochs the model would
-    # barely move, so lr, batch size and K were chosen by measurement (README, "Presets").
-    # theta_update "joint" (one Adam on task + rescaled MI gradient), not the full-scale
-    # presets' "separate": at this preset's lr 1e-3 the separate MI Adam made lam = 1 peak at
-    # epoch 3 and fall back toward ERM by epoch 7 (sigma 0.03, seed 0: test .474 -> .327,
-    # ERM .292), while joint keeps its gain over 8 epochs (docs/MEASURED.md).
-    # mine_standardize (ours): over seeds 1-3 lam = 1 gained .183 over ERM at sigma .03 with
-    # it and .091 without (.148 / .158 at .045); mi_guard never fired here (docs/MEASURED.md,
-    # "What keeps lam = 1 up on every seed", "Screen on the embedded data").
+    # The embedded 5k subset on CPU, 4 trials in minutes. lr, batch size, K, the joint theta
+    # update and the standardised critic were chosen by measurement (README, "Presets";
+    # docs/MEASURED.md, "What keeps lam = 1 up on every seed", "Screen on the embedded data").
     "quick": {
         "source": "mnist5k", "sigma": [0.03, 0.045], "lam": [0.0, 1.0], "seeds": [0],
         "palette": "separated", "stroke": "scaled",
@@ -86,33 +73,12 @@ DIGITS: dict[str, dict[str, object]] = {
         "mine_standardize": True, "mi_guard": True,
         "cpus_per_trial": 1.0, "gpus_per_trial": 0.0, "mi_eval_steps": 3000,
     },
-    # Table 1 on full MNIST on a 2-core CPU: 7 sigmas x lam {0, 1} x seed 0 = 14 trials, 2 at
-    # a time, the paper's LeNet (width 64) and K, on Kim's Colored MNIST as far as public
-    # images of Kim's files show (palette "kim", stroke "flat"; docs/MEASURED.md, "Kim's
-    # Colored MNIST as Kim built it"). Everything below was measured on full MNIST
-    # (docs/MEASURED.md, that section and "The `cpu` preset's schedule"):
-    # - palette kim x stroke flat: colour alone classifies .84 of the training digits at
-    #   sigma .020 (ours "separated" x "scaled": .91), and ERM then lands on the published
-    #   ERM row within 2 epochs of Adam 1e-3 at batch 128 (the "separated" grid sat .22-.35
-    #   below it after 13 epochs of the paper's Adam 1e-4 at batch 1024).
-    # - lr 1e-3 at batch 128, decayed to 0 by a cosine over EPOCHS_CPU (lr_schedule): at a
-    #   constant 1e-3 lam = 1 peaked in epochs 1-3 and then collapsed on some seeds (g
-    #   outran the critic); decaying g's steps (the critic keeps its lr) held it to the last
-    #   epoch at sigma .020 and .030 on seeds 1 and 2.
-    # - mine_lr 1e-3: with the critic at 1e-4 g outran it within 3 epochs at this lr.
-    # - theta_update "separate" (the authors' two Adams, the MI step at lr x lam): one Adam on
-    #   the sum lets the rescaled MI gradient fade with the task gradient (docs/MEASURED.md,
-    #   "Full MNIST, sigma 0.03"; bench/RESULTS.md, section 8).
-    # - mine_ema_rate 0.01 (MINE's moving-average gradient), inner z "batch" (Algorithm 1's
-    #   "fresh" costs ~40x an ERM step on CPU; "batch" ~2x).
-    # - mine_standardize and mi_guard (ours): T reads batch-standardised z, so g cannot
-    #   carry z out of its reach by rescaling; no MI step on a batch whose estimate is below
-    #   0. Without them the raw critic was gamed (own estimate -768 nats at seed 7;
-    #   docs/MEASURED.md, "What keeps lam = 1 up on every seed").
-    # - select_epoch lowest_mi_cond: the label-free rule reports the epoch with the lowest
-    #   mi_eval_cond (colour beyond the label) among epochs that fit and read above their
-    #   prediction floor (lam 0 reports its last epoch).
-    # - channels_last: the same model, ~1.3x faster convolutions on this CPU.
+    # Table 1 on full MNIST on a 2-core CPU: 7 sigmas x lam {0, 1} x seed 0, the paper's LeNet
+    # and K, on Kim's Colored MNIST as public images of Kim's files show it. Each setting was
+    # chosen by measurement (docs/MEASURED.md: "Kim's Colored MNIST as Kim built it", "The
+    # `cpu` preset's schedule", "Full MNIST, sigma 0.03", "What keeps lam = 1 up on every
+    # seed"); the label-free rule reports the epoch with the lowest mi_eval_cond among those
+    # that fit and read above their floor.
     "cpu": {
         "source": "mnist", "sigma": list(PAPER_SIGMAS), "lam": [0.0, 1.0], "seeds": [0],
         "palette": "kim", "stroke": "flat",
@@ -123,20 +89,11 @@ DIGITS: dict[str, dict[str, object]] = {
         "select_epoch": "lowest_mi_cond", "cpus_per_trial": 1.0, "gpus_per_trial": 0.0,
         "device": "cpu", "mi_eval_steps": 1000,
     },
-    # Table 1 of the paper: 7 sigmas x lam {0, 0.5, 1} x 3 seeds, 150 epochs, batch 1024,
-    # K = 80, Adam 1e-4 for model and MINE, full MNIST, a quarter of a GPU per trial, on the
-    # cpu preset's protocol (Kim's palette, flat strokes).
-    # Measured at full scale on CPU (<= 14 epochs, sigma 0.03; docs/MEASURED.md, "Full MNIST,
-    # sigma 0.03" and "What keeps lam = 1 up on every seed"): the separate theta update,
-    # MINE's moving-average gradient, the standardised critic input, the MI guard and the
-    # label-free stopping rule, as `cpu`.
-    # Extrapolated, not measured: that they hold over 150 epochs, at other sigmas beyond the
-    # cpu preset's epochs, and on a GPU. Inner z `batch`, not Algorithm 1's `fresh`: at K = 80
-    # a `batch` step costs 1.8-2.0x an ERM step on CPU against 38-41x for `fresh`
-    # (bench/RESULTS.md, section 2; on the quick preset their accuracies were within the seed
-    # spread; at full scale `fresh` was not run). `--inner-z fresh` runs Algorithm 1 as written.
-    # The stale `bank`/pool modes are cheap but fail (test .16).
-    # cuda_graphs: each trial replays its outer step as one CUDA graph (unbiased/graphs.py).
+    # Table 1 of the paper: 7 sigmas x lam {0, 0.5, 1} x 3 seeds, the paper's schedule (150
+    # epochs, batch 1024, K 80, Adam 1e-4) on the cpu preset's protocol (palette, critic
+    # options, label-free rule); inner z `batch` (bench/RESULTS.md, section 2; `--inner-z
+    # fresh` runs Algorithm 1 as written); each trial's steps replayed as CUDA graphs
+    # (docs/MEASURED.md, "CUDA graphs of the outer step, on an H200").
     "paper": {
         "source": "mnist", "sigma": list(PAPER_SIGMAS), "lam": [0.0, 0.5, 1.0],
         "seeds": [0, 1, 2], "palette": "kim", "stroke": "flat", "epochs": 150,
@@ -283,7 +240,7 @@ def build(config: dict, digits: GreyDigits | None = None) -> Benchmark:
                                width=int(config.get("width", DEFAULTS.width)),
                                palette=str(config.get("palette", DEFAULTS.palette)),
                                stroke=str(config.get("stroke", DEFAULTS.stroke)),
-                               device=trial_device(config))
+                               device=build_device(config))
 
 
 DEFAULTS = DigitsSettings()

@@ -1,97 +1,243 @@
-"""German credit (the paper's Table 3 and its lambda bar plots) as a registered benchmark: its
-presets, table with the published rows, and how a sweep loads and builds it.
+"""German credit (UCI Statlog), the fairness benchmark of the paper's Table 3.
 
-Torch-free: the data code (unbiased/benchmarks/german.py, torch) is imported inside `load`
-and `build`. The SVM rows beside the trials are the driver's (sweeps/german_grid.py).
+The file: 1000 rows of 20 space-separated attributes plus the class (1 = good, 2 = bad credit),
+column meanings and categorical codes (A11, A34, ...) from the UCI description `german.doc`.
+A copy ships in this package (`data/german.data`, CC BY 4.0, Hofmann 1994); `root` points at
+another copy (the file itself or a directory holding `german.data`).
+
+The protocol (Section 5 and the supplementary of the paper, after Moyer et al. 2018):
+- y = 1 for good credit, 0 for bad; the positive class of equality of opportunity is "good".
+- c = (age <= 25) as a (N, 1) float tensor; age (attribute 13) is removed from x, so the model
+  can only learn age through correlated attributes, which is what the MI penalty targets.
+- Categorical attributes are one-hot over the fixed code lists of german.doc (`CATEGORICAL`),
+  so the layout of x never depends on which codes a split happens to contain (A47 and A95
+  never occur in the file but keep their columns). The 6 remaining numeric attributes are
+  standardised with the mean and std of the *training* split only: the test split must not
+  leak into preprocessing. Columns follow the attribute order of the file (`feature_names`).
+- A random 70/30 split per seed, *stratified by y*: both splits keep the file's 70% good
+  rate, so accuracy and EO differences across seeds come from the model, not from a test
+  split that happens to hold more bad credits. The paper says only "randomly picked".
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
-from unbiased.benchmarks.spec import (
-    PAPER,
-    SMOKE,
-    BenchmarkSpec,
-    Column,
-    Protocol,
-    PublishedRow,
-    TableSpec,
-)
+import numpy as np
+import torch
 
-if TYPE_CHECKING:
-    from unbiased.benchmarks.german import GermanTable
-    from unbiased.data import Benchmark
+from unbiased.data import Benchmark, DataError, TensorSplit
+from unbiased.metrics import eo_metric
+from unbiased.models import MLPFeatures
 
-GERMAN: dict[str, dict[str, object]] = {
-    # The shipped file on CPU, 6 trials, about a minute on 2 cores. The paper's Adam 1e-5 x 500
-    # epochs barely moves the loss in a few epochs (0.663 -> 0.651 after 20 epochs), so lr and
-    # epochs were chosen by measurement (seeds 0-2, outside Tune, 1 thread, ~0.16 s/epoch):
-    # Adam 1e-3 x 20 epochs gives train .83 / test .76 at lam 0 and 1, with MI lowered by lam 1
-    # (mi .21 -> .15, mi_eval .12 -> .03); 3e-4 x 30 fits less (train .80 / test .75), 1e-3 x 30
-    # starts to overfit (train .86). MINE keeps the paper's SGD 0.1, K = 30, 64 hidden units.
-    # mi_eval_steps 200: on 560 fitting rows a fresh T overfits after ~400 steps and its held-out
-    # DV bound goes negative for every model (2000 steps: -0.3 to -0.9), hiding the lam effect.
-    "quick": {
-        "lam": [0.0, 1.0], "seeds": [0, 1, 2], "epochs": 20, "batch_size": 64, "K": 30,
-        "lr": 1e-3, "mine_lr": 0.1, "mine_optimizer": "sgd", "inner_z": "fresh",
-        "mine_hidden": 64, "mine_hidden_layers": 1, "cpus_per_trial": 1.0,
-        "gpus_per_trial": 0.0, "device": "cpu", "mi_eval_steps": 200,
-    },
-    # Table 3 and its lambda bar plots: lam {0, 0.1, 0.5, 1, 2} x 10 seeds (a random 70/30
-    # split each), 500 epochs, batch 64, Adam 1e-5 for g and f, SGD 0.1 for MINE, K = 30, g a
-    # 64-unit MLP, T one hidden layer of 64. CPU: the model is far too small for a GPU to help.
-    "paper": {
-        "lam": [0.0, 0.1, 0.5, 1.0, 2.0], "seeds": list(range(10)), "epochs": 500,
-        "batch_size": 64, "K": 30, "lr": 1e-5, "mine_lr": 0.1, "mine_optimizer": "sgd",
-        "inner_z": "fresh", "mine_hidden": 64, "mine_hidden_layers": 1, "cpus_per_trial": 1.0,
-        "gpus_per_trial": 0.0, "device": "cpu", "mi_eval_steps": 200,
-    },
+FILE_NAME = "german.data"
+SHIPPED_FILE = Path(__file__).resolve().parent / "data" / FILE_NAME
+SHIPPED_MD5 = "6b94c2e35480e671545e52a808a8a549"
+DOWNLOAD_URL = "https://archive.ics.uci.edu/dataset/144/statlog+german+credit+data"
+
+N_ATTRIBUTES = 20
+AGE_ATTRIBUTE = 13
+YOUNG_MAX_AGE = 25  # c = 1 for age <= 25 (the paper's "binarized according to >< 25")
+TRAIN_FRACTION = 0.7
+Z_DIM = 64
+C_DIM = 1
+NUM_CLASSES = 2
+
+# Attribute number (1-based, file order) -> short name, from german.doc.
+ATTRIBUTE_NAMES: dict[int, str] = {
+    1: "checking_status", 2: "duration_months", 3: "credit_history", 4: "purpose",
+    5: "credit_amount", 6: "savings", 7: "employment_since", 8: "installment_rate",
+    9: "personal_status_sex", 10: "other_debtors", 11: "residence_since", 12: "property",
+    13: "age_years", 14: "other_installment_plans", 15: "housing", 16: "existing_credits",
+    17: "job", 18: "people_liable", 19: "telephone", 20: "foreign_worker",
 }
-
-# Table 3: German credit, accuracy and equality of opportunity (lower is fairer).
-COLUMNS: tuple[str, ...] = ("Acc.", "EO")
-PUBLISHED: tuple[PublishedRow, ...] = tuple(
-    PublishedRow(row, dict(zip(COLUMNS, values, strict=True)), f"{PAPER}, Table 3")
-    for row, values in (
-        ("SVM", ((.74, .03), (.10, .06))),
-        ("FERM", ((.73, .04), (.05, .03))),
-        ("NN", ((.74, .04), (.47, .19))),
-        ("NN + χ²", ((.73, .03), (.25, .14))),
-        ("Ours (λ=1)", ((.72, .03), (.05, .05))),
-    ))
-TABLE = TableSpec(
-    benchmark="german", name="German credit", table="Table 3", measures="accuracy, EO",
-    columns=(Column("Acc.", ("test_acc",)), Column("EO", ("eo",))),
-    published=PUBLISHED, erm_row="NN (λ=0)", baselines=(("svm", "SVM"),),
-    note="EO = |TPR(young) − TPR(old)|, lower is fairer.",
-    protocol=Protocol(
-        comparable=frozenset({"paper"}),
-        notes={"quick": "{preset} preset: {epochs} epochs at lr {lr} (the paper: 500 at "
-                        "1e-05) " + SMOKE}),
-)
+NUMERIC: tuple[int, ...] = (2, 5, 8, 11, 13, 16, 18)
+# The code list of every categorical attribute, exactly as german.doc defines it.
+CATEGORICAL: dict[int, tuple[str, ...]] = {
+    1: ("A11", "A12", "A13", "A14"),
+    3: ("A30", "A31", "A32", "A33", "A34"),
+    4: ("A40", "A41", "A42", "A43", "A44", "A45", "A46", "A47", "A48", "A49", "A410"),
+    6: ("A61", "A62", "A63", "A64", "A65"),
+    7: ("A71", "A72", "A73", "A74", "A75"),
+    9: ("A91", "A92", "A93", "A94", "A95"),
+    10: ("A101", "A102", "A103"),
+    12: ("A121", "A122", "A123", "A124"),
+    14: ("A141", "A142", "A143"),
+    15: ("A151", "A152", "A153"),
+    17: ("A171", "A172", "A173", "A174"),
+    19: ("A191", "A192"),
+    20: ("A201", "A202"),
+}
+_CODE_INDEX = {a: {code: i for i, code in enumerate(codes)} for a, codes in CATEGORICAL.items()}
+_AGE_COLUMN = NUMERIC.index(AGE_ATTRIBUTE)
+NUMERIC_FEATURES: tuple[int, ...] = tuple(a for a in NUMERIC if a != AGE_ATTRIBUTE)
 
 
-def load(values: dict) -> tuple[dict[str, object], str]:
-    """Parse the file once in the driver (a bad --root fails before Ray starts); trials get
-    the parsed table through the object store and build their own split from it."""
-    from unbiased.benchmarks import german
+@dataclass(frozen=True)
+class GermanTable:
+    """The parsed file, before any split-dependent preprocessing (small: pickles cheaply, so
+    a sweep parses it once and ships it to every trial)."""
 
-    table = german.load_table(values.get("root"))
-    return {"table": table}, f"{len(table)} rows from {table.source}"
+    codes: np.ndarray  # (N, 13) int64: index of each categorical attribute's code
+    numeric: np.ndarray  # (N, 7) float64: the NUMERIC attributes in order, age included
+    good: np.ndarray  # (N,) bool: class 1
+    source: str
+    md5: str
+
+    def __len__(self) -> int:
+        return len(self.good)
+
+    @property
+    def age(self) -> np.ndarray:
+        return self.numeric[:, _AGE_COLUMN]
 
 
-def build(config: dict, table: GermanTable | None = None) -> Benchmark:
-    """The table is tiny (1000 rows), so each trial builds its own split and scaling for its
-    seed; without `table` it reads `root` (or the shipped copy)."""
-    from unbiased.benchmarks import german
+def feature_names() -> list[str]:
+    """Names of the columns of x, in order: attributes in file order, age left out, each
+    categorical attribute expanded to one column per german.doc code."""
+    names = []
+    for a in range(1, N_ATTRIBUTES + 1):
+        if a == AGE_ATTRIBUTE:
+            continue
+        if a in CATEGORICAL:
+            names += [f"{ATTRIBUTE_NAMES[a]}={code}" for code in CATEGORICAL[a]]
+        else:
+            names.append(ATTRIBUTE_NAMES[a])
+    return names
 
-    return german.build(int(config["seed"]), config.get("root"), table=table)
+
+X_WIDTH = len(feature_names())  # 56 one-hot columns + 6 numeric = 62
 
 
-SPEC = BenchmarkSpec(
-    name="german", title="German credit",
-    description="German credit grid (the paper's Table 3 and its lambda bar plots): lambda x "
-                "K x seed.",
-    presets=GERMAN, data_axes=(), build_keys=("root",), load=load, build=build, table=TABLE,
-    columns=("eo",), summary=("train_acc", "test_acc", "eo"))
+def resolve_path(root: str | os.PathLike | None) -> Path:
+    """The file to read: the shipped copy, `root` itself if it is a file, else root/german.data."""
+    if root is None:
+        return SHIPPED_FILE
+    path = Path(root).expanduser()
+    return path if path.is_file() else path / FILE_NAME
+
+
+def load_table(root: str | os.PathLike | None = None) -> GermanTable:
+    """Parse and validate the whole file; any problem is a one-line DataError."""
+    path = resolve_path(root)
+    try:
+        raw = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        raise DataError(f"German credit file not found at {path}: download {FILE_NAME} "
+                        f"(Statlog German Credit Data) from {DOWNLOAD_URL} into "
+                        f"{path.parent}, or leave out --root to use the copy shipped with "
+                        f"the package") from None
+    except OSError as exc:
+        raise DataError(f"cannot read the German credit file {path}: {exc}") from None
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not the German credit text file (non-ASCII byte at "
+                        f"offset {exc.start})") from None
+    codes, numeric, good = [], [], []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        row_codes, row_numbers, row_good = parse_line(line, lineno, path)
+        codes.append(row_codes)
+        numeric.append(row_numbers)
+        good.append(row_good)
+    if not good:
+        raise DataError(f"{path} holds no rows of the German credit file")
+    return GermanTable(np.asarray(codes, dtype=np.int64), np.asarray(numeric, dtype=np.float64),
+                       np.asarray(good, dtype=bool), str(path), hashlib.md5(raw).hexdigest())
+
+
+def parse_line(line: str, lineno: int, path: Path | str) -> tuple[list[int], list[float], bool]:
+    """One row -> (code indices, numeric values, good?), or a DataError naming the line."""
+    where = f"{path}, line {lineno}"
+    fields = line.split()
+    if len(fields) != N_ATTRIBUTES + 1:
+        raise DataError(f"{where}: expected {N_ATTRIBUTES + 1} space-separated fields "
+                        f"(20 attributes + class), got {len(fields)}")
+    codes, numbers = [], []
+    for a, token in enumerate(fields[:N_ATTRIBUTES], start=1):
+        if a in CATEGORICAL:
+            index = _CODE_INDEX[a].get(token)
+            if index is None:
+                raise DataError(f"{where}: attribute {a} ({ATTRIBUTE_NAMES[a]}) has unknown "
+                                f"code {token!r}; german.doc allows {','.join(CATEGORICAL[a])}")
+            codes.append(index)
+        else:
+            numbers.append(_number(token, f"{where}: attribute {a} ({ATTRIBUTE_NAMES[a]})"))
+    label = fields[N_ATTRIBUTES]
+    if label not in ("1", "2"):
+        raise DataError(f"{where}: class must be 1 (good) or 2 (bad), got {label!r}")
+    return codes, numbers, label == "1"
+
+
+def _number(token: str, what: str) -> float:
+    try:
+        value = float(token)
+    except ValueError:
+        raise DataError(f"{what} is not a number: {token!r}") from None
+    if not np.isfinite(value):
+        raise DataError(f"{what} is not a finite number: {token!r}")
+    return value
+
+
+def split_indices(good: np.ndarray, seed: int,
+                  train_fraction: float = TRAIN_FRACTION) -> tuple[np.ndarray, np.ndarray]:
+    """A random train/test split stratified by y: each class is shuffled by its own draw of
+    one seeded generator and its first round(fraction * n_class) rows go to training. Sorted
+    row indices, so a seed always names the same split."""
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for label in (True, False):
+        rows = np.flatnonzero(good == label)
+        if len(rows) < 2:
+            raise DataError(f"the German credit file needs >= 2 rows of each class to split, "
+                            f"got {len(rows)} {'good' if label else 'bad'}")
+        rows = rng.permutation(rows)
+        n_train = min(len(rows) - 1, max(1, round(train_fraction * len(rows))))
+        train.append(rows[:n_train])
+        test.append(rows[n_train:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+def one_hot_codes(codes: np.ndarray) -> list[np.ndarray]:
+    """Per categorical attribute (in file order), its (N, len(code list)) one-hot block."""
+    return [np.eye(len(CATEGORICAL[a]))[codes[:, j]] for j, a in enumerate(CATEGORICAL)]
+
+
+def encode(table: GermanTable, train_idx: np.ndarray, test_idx: np.ndarray
+           ) -> tuple[TensorSplit, TensorSplit]:
+    """x, y, c of both splits, with numeric columns scaled by training statistics only."""
+    numeric = table.numeric[:, [NUMERIC.index(a) for a in NUMERIC_FEATURES]]
+    mean = numeric[train_idx].mean(axis=0)
+    std = numeric[train_idx].std(axis=0)
+    std = np.where(std > 0, std, 1.0)  # a constant column stays constant (0), not NaN
+    blocks = dict(zip(CATEGORICAL, one_hot_codes(table.codes), strict=True))
+    blocks.update({a: ((numeric[:, [j]] - mean[j]) / std[j])
+                   for j, a in enumerate(NUMERIC_FEATURES)})
+    columns = [blocks[a] for a in range(1, N_ATTRIBUTES + 1) if a != AGE_ATTRIBUTE]
+    x = torch.from_numpy(np.concatenate(columns, axis=1).astype(np.float32))
+    y = torch.from_numpy(table.good.astype(np.int64))
+    c = torch.from_numpy((table.age <= YOUNG_MAX_AGE).astype(np.float32)).unsqueeze(1)
+    train = torch.from_numpy(train_idx)
+    test = torch.from_numpy(test_idx)
+    return TensorSplit(x[train], y[train], c[train]), TensorSplit(x[test], y[test], c[test])
+
+
+def build(seed: int, root: str | os.PathLike | None = None,
+          table: GermanTable | None = None) -> Benchmark:
+    """The benchmark for one seed (the seed picks the split). `table` skips re-reading the
+    file (a sweep parses it once); otherwise it is read from `root` or the shipped copy."""
+    table = table if table is not None else load_table(root)
+    train_idx, test_idx = split_indices(table.good, seed)
+    train, test = encode(table, train_idx, test_idx)
+    in_features = train.x.shape[1]
+    return Benchmark(
+        name="german", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
+        make_features=lambda: MLPFeatures(in_features, Z_DIM), z_dim=Z_DIM, c_dim=C_DIM,
+        extra_metrics=[eo_metric], bias_classes=(2,),
+        info={"source": table.source, "md5": table.md5, "seed": seed, "n_train": len(train),
+              "n_test": len(test), "x_width": in_features, "stratified_by": "y"})

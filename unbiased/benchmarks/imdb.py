@@ -1,395 +1,183 @@
-"""IMDB faces (IMDB-WIKI `imdb_crop`), the paper's Table 2: gender without the age bias.
+"""IMDB faces (the paper's Table 2) as a registered benchmark: its presets, flags, table with
+the published rows, and how a sweep loads and builds it.
 
-Data: the `imdb_crop` release as users download it from
-https://data.vision.ee.ethz.ch/cvl/rrothe/imdb-wiki/ (faces only, `imdb_crop.tar`):
-`imdb.mat` (a Matlab struct `imdb`, one entry per image: dob, photo_taken, full_path, gender,
-name, face_location, face_score, second_face_score, celeb_names, celeb_id) next to the JPEG
-folders `00` .. `99` that `full_path` points into. `root` is that folder or its parent.
-
-Cleaning (`load_index`), each row counted under the first reason that drops it:
-- no face: face_score = -inf; a second face: second_face_score is not NaN; gender NaN;
-- implausible age: age outside 0..100, or a dob that is no valid date. Age is the one of the
-  data set's authors (README of the release: `datevec(datenum(photo_taken,7,1)-dob)`): the
-  photo is assumed taken mid-year, on July 1 of `photo_taken`, and age is the number of
-  whole years from the Matlab datenum `dob` (day 1 = 1 Jan of year 0) to that day;
-- files listed in imdb.mat but missing under root, or whose JPEG header cannot be read, are
-  counted and reported (`LoadReport`) and left out; a body that fails to decode later stops
-  training with the file's path.
-
-Splits (`build_splits`). Alvi et al.'s exact construction is not public; ours is
-deterministic (no seed: a function of imdb.mat and the files present) and uses two hash
-orders, blake2b of the celebrity id and of the image path:
-1. Identities: a celebrity (celeb_id) is a *test identity* when its hash falls in the lowest
-   TEST_IDENTITY_FRACTION (20%) of the hash range. All images of a person are on one side,
-   so the test set shares no image and no person with EB1 or EB2.
-2. Test: images of test identities, any age and gender (the paper's "unrestricted"), the
-   first PAPER_SIZES["test"] = 22,468 in image-hash order (a uniform sample; all if fewer).
-3. EB1: images of the other identities of women aged 0-29 and men aged 40+; EB2: men aged
-   0-29 and women aged 40+ (the paper's "0-30" read as [0, 30), "older than 40" as 40+, so
-   no 5-year age bin is shared between the young and the old; ages 30-39 enter neither
-   split). Each is cut to the first 36,003 / 16,799 images in image-hash order (the paper's
-   sizes; all if fewer). EB1 and EB2 are disjoint by construction (different gender x age
-   cells), and disjoint from the test set by identity.
-4. Optional training subsets (`train_subset`, 2,000 in the paper): the first N images of the
-   training split in image-hash order, the same for every seed.
-`describe_splits` prints our sizes next to the paper's 36,003 / 16,799 / 22,468.
-
-Labels: y = gender (1 male, 0 female, as imdb.mat); c = age in 5-year bins (0-4, 5-9, ...,
-100-104), one-hot, 21-d. Inputs: the standard ImageNet preprocessing of torchvision (resize
-the short side to 256, centre crop 224, ImageNet mean/std), the same for every split and
-every epoch, so a resumed run sees exactly the images of a straight one.
+Torch-free: the data code (unbiased/benchmarks/imdb_faces.py, torch and torchvision) is imported
+inside `load` and `build`. --root is the IMDB-WIKI imdb_crop release (imdb.mat + JPEG
+folders), or its parent; the driver reads and cleans imdb.mat once, checks the files, prints
+the split sizes next to the paper's, resolves the backbone weights once (offline: --weights
+PATH), and ships the index to the trials, whose DataLoader workers decode the JPEGs.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import math
-import os
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-from torch.utils.data import Dataset
+from unbiased.benchmarks.spec import (
+    PAPER,
+    SMOKE,
+    BenchmarkSpec,
+    Column,
+    Protocol,
+    PublishedRow,
+    TableSpec,
+)
+from unbiased.settings import setting
 
-from unbiased.data import Benchmark, DataError, LoaderSplit, SplitOutputs
-from unbiased.metrics import accuracy
-from unbiased.models import ResNetFeatures
+if TYPE_CHECKING:
+    from unbiased.benchmarks.imdb_faces import ImdbIndex, ImdbSplits
+    from unbiased.data import Benchmark
 
-DOWNLOAD_URL = "https://data.vision.ee.ethz.ch/cvl/rrothe/imdb-wiki/"
-MAT_FILE = "imdb.mat"
-CROP_DIR = "imdb_crop"
-SPLITS: tuple[str, ...] = ("EB1", "EB2")
-# The paper's sizes (Section 4.2): EB1, EB2 and the test set.
-PAPER_SIZES: dict[str, int] = {"EB1": 36_003, "EB2": 16_799, "test": 22_468}
-PAPER_TRAIN_SUBSET = 2_000
-YOUNG_MAX_AGE = 29  # "0-30": ages 0..29
-OLD_MIN_AGE = 40  # "older than 40": 40 and up
-MIN_AGE, MAX_AGE = 0, 100
-BIN_YEARS = 5
-C_DIM = MAX_AGE // BIN_YEARS + 1  # 21 bins: 0-4, ..., 100-104
-TEST_IDENTITY_FRACTION = 0.2
-NUM_CLASSES = 2
-Z_DIM = 128
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-# Matlab datenum of 1 Jan of year 1 (year 0 is a leap year of 366 days): ordinal offset.
-_MATLAB_YEAR0_DAYS = 366
-_EXAMPLES = 3  # file names quoted per problem in the report
+TRAIN_SPLITS = ("EB1", "EB2")
+
+
+def split_name(text: str) -> str:
+    return text.upper()
 
 
 @dataclass
-class LoadReport:
-    """What `load_index` kept and why it dropped the rest (each row counted once)."""
+class ImdbSettings:
+    """IMDB faces' flags: its training splits (a sweep axis), backbone, weights and data
+    loading."""
 
-    source: str
-    rows: int = 0
-    no_face: int = 0
-    second_face: int = 0
-    no_gender: int = 0
-    bad_age: int = 0
-    missing_files: int = 0
-    unreadable_files: int = 0
-    kept: int = 0
-    missing_examples: list[str] = field(default_factory=list)
-    unreadable_examples: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        text = (f"{self.source}: {self.rows:,} rows; dropped {self.no_face:,} without a face, "
-                f"{self.second_face:,} with a second face, {self.no_gender:,} without gender, "
-                f"{self.bad_age:,} with an implausible age, {self.missing_files:,} missing "
-                f"files, {self.unreadable_files:,} unreadable files; kept {self.kept:,}")
-        for what, examples in (("missing", self.missing_examples),
-                               ("unreadable", self.unreadable_examples)):
-            if examples:
-                text += f" ({what}, e.g. {', '.join(examples)})"
-        return text
+    train_split: tuple[str, ...] = setting(
+        TRAIN_SPLITS, "training splits, comma-separated: EB1 (women 0-29, men 40+), EB2 "
+                      "(men 0-29, women 40+)", choices=TRAIN_SPLITS, many=True,
+        convert=split_name)
+    weights: str = setting(
+        "imagenet", "backbone weights: 'imagenet' (torchvision's, from the torch hub cache, "
+                    "downloaded once), 'none' (random init) or a state_dict PATH")
+    arch: str = setting("resnet50", "backbone (the paper's is resnet50; resnet18 for fast "
+                                    "checks)", choices=("resnet50", "resnet18"))
+    train_subset: int = setting(
+        0, "train on the first N images of the split (paper: 2000); 0 = all", ge=0)
+    max_eval: int = setting(0, "evaluate on at most N images per evaluation split; 0 = all",
+                            ge=0)
+    num_workers: int = setting(0, "DataLoader worker processes per trial decoding JPEGs", ge=0)
+    image_size: int = setting(224, "input crop size (ImageNet: 224)", ge=1)
 
 
-@dataclass(frozen=True)
-class ImdbIndex:
-    """The usable images after cleaning: small arrays, cheap to pickle, so a sweep reads
-    imdb.mat once and ships the index to every trial."""
+# IMDB faces (Table 2): train split {EB1, EB2} x lam x K x seeds. Both
+# presets need --root: the IMDB-WIKI imdb_crop release is user-supplied (README, "IMDB").
+IMDB: dict[str, dict[str, object]] = {
+    # A CPU smoke run of the whole pipeline (4 trials, 2 epochs, 240 training images, 240
+    # per evaluation split); its accuracies are not the paper's. lr 1e-4, not the paper's
+    # 1e-5: 2 epochs of 10 steps barely move at 1e-5. `batch` inner z: K forwards of a
+    # ResNet-50 per step would dominate a CPU run (bench/imdb_step.py).
+    "quick": {
+        "train_split": ["EB1", "EB2"], "lam": [0.0, 0.9], "seeds": [0], "K": 20, "epochs": 2,
+        "batch_size": 24, "lr": 1e-4, "mine_lr": 0.1, "mine_optimizer": "sgd",
+        "inner_z": "batch", "arch": "resnet50", "weights": "imagenet", "image_size": 224,
+        "train_subset": 240, "max_eval": 240, "num_workers": 0, "eval_batch_size": 48,
+        "cpus_per_trial": 1.0, "gpus_per_trial": 0.0, "mi_eval_steps": 500,
+    },
+    # Section 4.2 and the supplementary: ImageNet ResNet-50 + FC 128, 2,000-image training
+    # subsets, 6 epochs, batch 24, Adam 1e-5, SGD 0.1 for MINE, K = 40 (the main text; the
+    # supplementary says 20 suffices), fresh inner z as Algorithm 1. lam {0, 0.5 (EB1), 0.9
+    # (EB2)} plus 0.1 and 1.0 for the selection rules; 3 seeds; full EB / test evaluation
+    # splits; one GPU per trial with 8 CPUs (6 JPEG decoding workers).
+    "paper": {
+        "train_split": ["EB1", "EB2"], "lam": [0.0, 0.1, 0.5, 0.9, 1.0], "seeds": [0, 1, 2],
+        "K": 40, "epochs": 6, "batch_size": 24, "lr": 1e-5, "mine_lr": 0.1,
+        "mine_optimizer": "sgd", "inner_z": "fresh", "arch": "resnet50", "weights": "imagenet",
+        "image_size": 224, "train_subset": 2000, "max_eval": 0, "num_workers": 6,
+        "eval_batch_size": 256, "cpus_per_trial": 8.0, "gpus_per_trial": 1.0,
+        "device": "cuda", "mi_eval_steps": 2000,
+    },
+}
 
-    root: str  # the folder holding imdb.mat; full_path is relative to it
-    path: np.ndarray  # (N,) str
-    age: np.ndarray  # (N,) int64
-    male: np.ndarray  # (N,) bool: y = 1
-    celeb_id: np.ndarray  # (N,) int64
-    report: LoadReport
-
-    def __len__(self) -> int:
-        return len(self.path)
-
-
-# ----------------------------------------------------------------------------- imdb.mat
-
-
-def find_mat(root: str | os.PathLike | None) -> Path:
-    """root/imdb.mat or root/imdb_crop/imdb.mat, else a one-line DataError saying where the
-    data set comes from."""
-    if root is None:
-        raise DataError(f"IMDB needs --root: the folder of the IMDB-WIKI {CROP_DIR} release "
-                        f"(faces only) from {DOWNLOAD_URL}")
-    base = Path(root).expanduser()
-    for candidate in (base / MAT_FILE, base / CROP_DIR / MAT_FILE):
-        if candidate.is_file():
-            return candidate
-    raise DataError(f"{MAT_FILE} not found in {base} or {base / CROP_DIR}: download "
-                    f"{CROP_DIR}.tar (faces only) from {DOWNLOAD_URL} and extract it there")
-
-
-def _column(struct: np.void, name: str, path: Path) -> np.ndarray:
-    try:
-        return np.asarray(struct[name]).ravel()
-    except (ValueError, KeyError, IndexError):
-        raise DataError(f"{path} has no field {name!r} in its 'imdb' struct: not the "
-                        f"IMDB-WIKI metadata file") from None
-
-
-def _text(cell: object) -> str:
-    """A Matlab char array inside a cell, as loadmat returns it (array(['...'])) -> str."""
-    values = np.asarray(cell).ravel()
-    return str(values[0]) if values.size else ""
+# Table 2: IMDB, train on EB1 / EB2, evaluate on the other split and on the test set.
+COLUMNS: tuple[str, ...] = ("EB1→EB2", "EB1→Test", "EB2→EB1", "EB2→Test")
+PAPER_LAMBDA: dict[str, float] = {"EB1": 0.5, "EB2": 0.9}
+_NAN = float("nan")
+PUBLISHED: tuple[PublishedRow, ...] = tuple(
+    PublishedRow(row, dict(zip(COLUMNS, values, strict=True)), f"{PAPER}, Table 2")
+    for row, values in (
+        ("ERM (λ=0)", ((.650, .020), (.849, .007), (.576, .013), (.708, .008))),
+        ("Alvi et al.", ((.637, _NAN), (.856, _NAN), (.573, _NAN), (.699, _NAN))),
+        ("Kim et al.", ((.680, _NAN), (.867, _NAN), (.642, _NAN), (.745, _NAN))),
+        ("Ours (λ=0.5 / 0.9)", ((.684, .010), (.872, .010), (.631, .036), (.745, .022))),
+    ))
 
 
-def read_mat(path: Path) -> dict[str, np.ndarray]:
-    """The per-image columns of imdb.mat as flat arrays (full_path as str)."""
-    from scipy.io import loadmat
-    from scipy.io.matlab import MatReadError
-
-    try:
-        mat = loadmat(str(path))
-        struct = mat["imdb"][0, 0]
-    except (MatReadError, OSError, ValueError, NotImplementedError, KeyError, TypeError,
-            IndexError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"cannot read {path} as the IMDB-WIKI metadata (a Matlab struct "
-                        f"'imdb'): {first}") from None
-    cols = {name: _column(struct, name, path).astype(np.float64)
-            for name in ("dob", "photo_taken", "gender", "face_score", "second_face_score",
-                         "celeb_id")}
-    cols["full_path"] = np.array([_text(c) for c in _column(struct, "full_path", path)],
-                                 dtype=object)
-    sizes = {k: len(v) for k, v in cols.items()}
-    if len(set(sizes.values())) != 1:
-        raise DataError(f"{path}: per-image fields differ in length: {sizes}")
-    return cols
+def _column(train: str, on: str, metric: tuple[str, ...]) -> Column:
+    return Column(f"{train}→{on}", metric, (("train_split", train),), PAPER_LAMBDA[train])
 
 
-def matlab_age(dob: np.ndarray, photo_taken: np.ndarray) -> np.ndarray:
-    """Age in whole years on 1 July of `photo_taken` of a person born on the Matlab datenum
-    `dob` (the authors' mid-year convention). NaN where dob is no valid date."""
-    ages = np.full(len(dob), np.nan)
-    for i, (d, taken) in enumerate(zip(dob, photo_taken, strict=True)):
-        if not (math.isfinite(d) and math.isfinite(taken)):
-            continue
-        ordinal = int(math.floor(d)) - _MATLAB_YEAR0_DAYS
-        if not 1 <= ordinal <= dt.date.max.toordinal():
-            continue
-        born = dt.date.fromordinal(ordinal)
-        ages[i] = int(taken) - born.year - (1 if (born.month, born.day) > (7, 1) else 0)
-    return ages
+# The test split's accuracy is `acc_test` where the trainable reports one, else `test_acc`.
+_TEST = ("acc_test", "test_acc")
+TABLE = TableSpec(
+    benchmark="imdb", name="IMDB faces", table="Table 2", measures="accuracy",
+    columns=(_column("EB1", "EB2", ("acc_eb2",)), _column("EB1", "Test", _TEST),
+             _column("EB2", "EB1", ("acc_eb1",)), _column("EB2", "Test", _TEST)),
+    published=PUBLISHED, paper_row="Ours (λ=0.5 on EB1, 0.9 on EB2, as the paper)",
+    note="A→B: trained on split A, accuracy on B (Test: `{metric[EB1→Test]}`).",
+    requires=("train_split",),
+    protocol=Protocol(
+        comparable=frozenset({"paper"}),
+        notes={"quick": "{preset} preset: {train_subset} training images, {epochs} epochs "
+                        + SMOKE}),
+)
 
 
-def age_bins(age: np.ndarray) -> torch.Tensor:
-    """c: 5-year age bins, one-hot, (N, C_DIM) float32."""
-    bins = np.clip(np.asarray(age, dtype=np.int64) // BIN_YEARS, 0, C_DIM - 1)
-    return torch.nn.functional.one_hot(torch.from_numpy(bins), C_DIM).float()
+def load(values: dict) -> tuple[dict[str, object], str]:
+    """Everything that can fail on the user's side fails here, before Ray starts. Sets
+    `weights_path` in `values` (the resolved local file, "" = random init) for the trials."""
+    from unbiased.benchmarks import imdb_faces
+    from unbiased.data import DataError
+    from unbiased.models import resolve_imagenet_weights
+
+    index = imdb_faces.load_index(values.get("root"))
+    weights_path = resolve_imagenet_weights(str(values["arch"]), str(values["weights"]))
+    splits = imdb_faces.build_splits(index)
+    print(index.report.summary(), flush=True)
+    print(imdb_faces.describe_splits(splits), flush=True)
+    subset = int(values["train_subset"] or 0)
+    for name in values["train_split"]:
+        if min(len(splits.rows[name]), subset or len(splits.rows[name])) < 2:
+            raise DataError(f"IMDB split {name} has {len(splits.rows[name])} usable "
+                            f"images: too few to train")
+    values["weights_path"] = weights_path or ""  # "" = random init
+    return ({"index": index, "splits": splits},
+            f"{values['arch']}, weights {weights_path or 'none'}, training subsets of "
+            f"{subset or 'all'} images")
 
 
-def _readable(path: str) -> bool:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            width, height = im.size
-        return width > 0 and height > 0
-    except (OSError, UnidentifiedImageError, ValueError):
-        return False
+def _optional(value: object) -> int | None:
+    """0 or None in a config means "no cap"."""
+    return int(value) if value else None
 
 
-def load_index(root: str | os.PathLike | None, check_files: bool = True,
-               threads: int = 8) -> ImdbIndex:
-    """Read imdb.mat under `root`, clean it (module docstring) and check the files exist and
-    have a readable JPEG header (`threads` at a time: the check is I/O bound)."""
-    mat_path = find_mat(root)
-    cols = read_mat(mat_path)
-    report = LoadReport(source=str(mat_path), rows=len(cols["dob"]))
-    age = matlab_age(cols["dob"], cols["photo_taken"])
-    keep = np.ones(report.rows, dtype=bool)
-    for reason, bad in (("no_face", np.isneginf(cols["face_score"])),
-                        ("second_face", ~np.isnan(cols["second_face_score"])),
-                        ("no_gender", np.isnan(cols["gender"])),
-                        ("bad_age", ~((age >= MIN_AGE) & (age <= MAX_AGE)))):
-        setattr(report, reason, int((keep & bad).sum()))
-        keep &= ~bad
-    folder = mat_path.parent
-    rows = np.flatnonzero(keep)
-    if check_files:
-        files = [str(folder / p) for p in cols["full_path"][rows]]
-        exists = np.array([os.path.isfile(f) for f in files], dtype=bool)
-        report.missing_files = int((~exists).sum())
-        report.missing_examples = list(cols["full_path"][rows[~exists]][:_EXAMPLES])
-        present = rows[exists]
-        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            readable = np.array(list(pool.map(_readable, [str(folder / p) for p in
-                                                          cols["full_path"][present]])),
-                                dtype=bool)
-        report.unreadable_files = int((~readable).sum())
-        report.unreadable_examples = list(cols["full_path"][present[~readable]][:_EXAMPLES])
-        rows = present[readable]
-    report.kept = len(rows)
-    if report.kept == 0:
-        raise DataError(f"no usable image in {mat_path}: {report.summary()}")
-    return ImdbIndex(root=str(folder), path=cols["full_path"][rows].astype(str),
-                     age=age[rows].astype(np.int64), male=cols["gender"][rows] == 1,
-                     celeb_id=cols["celeb_id"][rows].astype(np.int64), report=report)
+def build(config: dict, index: ImdbIndex | None = None,
+          splits: ImdbSplits | None = None) -> Benchmark:
+    """Without `index` and `splits` (a trial outside a sweep) it reads `root` itself."""
+    from unbiased.benchmarks import imdb_faces
+    from unbiased.models import resolve_imagenet_weights
+
+    if index is None:
+        index = imdb_faces.load_index(config.get("root"))
+    arch = str(config.get("arch", "resnet50"))
+    # The driver passes a resolved local file; a bare trial resolves (and caches) it here.
+    weights_path = config.get("weights_path")
+    if weights_path is None:
+        weights_path = resolve_imagenet_weights(arch, config.get("weights", "imagenet"))
+    return imdb_faces.build(index, str(config["train_split"]), splits=splits,
+                      train_subset=_optional(config.get("train_subset")),
+                      max_eval=_optional(config.get("max_eval")), arch=arch,
+                      weights_path=weights_path or None,
+                      z_dim=int(config.get("z_dim", imdb_faces.Z_DIM)),
+                      image_size=int(config.get("image_size", 224)),
+                      num_workers=int(config.get("num_workers", 0)))
 
 
-# ----------------------------------------------------------------------------- splits
-
-
-def _hash01(text: str) -> float:
-    """A stable number in [0, 1) for `text` (blake2b; not Python's salted hash)."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0 ** 64
-
-
-def _hash_order(index: ImdbIndex, rows: np.ndarray) -> np.ndarray:
-    keys = np.array([_hash01(f"image:{index.path[r]}") for r in rows])
-    return rows[np.argsort(keys, kind="stable")]
-
-
-@dataclass(frozen=True)
-class ImdbSplits:
-    """Row indices into an ImdbIndex, each in image-hash order; `pools` holds the sizes
-    before cutting to the paper's sizes."""
-
-    rows: dict[str, np.ndarray]  # "EB1", "EB2", "test"
-    pools: dict[str, int]
-
-
-def eb_masks(index: ImdbIndex) -> dict[str, np.ndarray]:
-    young = index.age <= YOUNG_MAX_AGE
-    old = index.age >= OLD_MIN_AGE
-    female = ~index.male
-    return {"EB1": (female & young) | (index.male & old),
-            "EB2": (index.male & young) | (female & old)}
-
-
-def build_splits(index: ImdbIndex, sizes: dict[str, int | None] | None = None,
-                 test_identity_fraction: float = TEST_IDENTITY_FRACTION) -> ImdbSplits:
-    """EB1, EB2 and the test set (module docstring). `sizes` caps each split (default: the
-    paper's); a None cap keeps the whole pool."""
-    sizes = dict(PAPER_SIZES) if sizes is None else sizes
-    ids = np.unique(index.celeb_id)
-    test_ids = ids[np.array([_hash01(f"celeb:{i}") < test_identity_fraction for i in ids],
-                            dtype=bool)]
-    is_test = np.isin(index.celeb_id, test_ids)
-    masks = eb_masks(index)
-    pools = {"EB1": np.flatnonzero(~is_test & masks["EB1"]),
-             "EB2": np.flatnonzero(~is_test & masks["EB2"]),
-             "test": np.flatnonzero(is_test)}
-    rows = {}
-    for name, pool in pools.items():
-        cap = sizes.get(name)
-        rows[name] = _hash_order(index, pool)[:cap]
-    return ImdbSplits(rows, {k: len(v) for k, v in pools.items()})
-
-
-def describe_splits(splits: ImdbSplits) -> str:
-    """Our sizes next to the paper's, one line."""
-    parts = []
-    for name in ("EB1", "EB2", "test"):
-        n, pool = len(splits.rows[name]), splits.pools[name]
-        parts.append(f"{name} {n:,} (paper {PAPER_SIZES[name]:,}; pool {pool:,})")
-    return "IMDB splits: " + ", ".join(parts)
-
-
-# ----------------------------------------------------------------------------- images
-
-
-def imagenet_transform(image_size: int = 224):
-    """torchvision's standard ImageNet evaluation preprocessing (short side to 256/224 of
-    the crop, centre crop, mean/std normalisation), for any crop size."""
-    from torchvision import transforms
-
-    return transforms.Compose([
-        transforms.Resize(round(image_size * 256 / 224)),
-        transforms.CenterCrop(image_size),
-        transforms.ToTensor(),
-        transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-    ])
-
-
-class FaceImages(Dataset):
-    """Decoded, preprocessed face crops: `dataset[i]` is a (3, S, S) float tensor."""
-
-    def __init__(self, folder: str, paths: Sequence[str], image_size: int = 224):
-        self.folder = folder
-        self.paths = list(paths)
-        self.transform = imagenet_transform(image_size)
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        from PIL import Image
-
-        path = os.path.join(self.folder, self.paths[i])
-        try:
-            with Image.open(path) as im:
-                return self.transform(im.convert("RGB"))
-        except OSError as exc:
-            raise DataError(f"cannot decode {path}: {exc}") from None
-
-
-def _split(index: ImdbIndex, rows: np.ndarray, image_size: int, num_workers: int
-           ) -> LoaderSplit:
-    y = torch.from_numpy(index.male[rows].astype(np.int64))
-    c = age_bins(index.age[rows])
-    return LoaderSplit(FaceImages(index.root, index.path[rows], image_size), y, c,
-                       num_workers=num_workers)
-
-
-def eval_name(split: str) -> str:
-    """Report name of the accuracy on an evaluation split: acc_eb1, acc_eb2, acc_test."""
-    return f"acc_{split.lower()}"
-
-
-def _test_acc(outs: dict[str, SplitOutputs]) -> dict[str, float]:
-    # The contract's test_acc is the accuracy on the unrestricted test set.
-    out = outs[eval_name("test")]
-    return {"test_acc": accuracy(out.pred, out.y)}
-
-
-def build(index: ImdbIndex, train_split: str, *, splits: ImdbSplits | None = None,
-          train_subset: int | None = None, max_eval: int | None = None,
-          arch: str = "resnet50", weights_path: str | None = None, z_dim: int = Z_DIM,
-          image_size: int = 224, num_workers: int = 0) -> Benchmark:
-    """Train on EB1 or EB2 (optionally its first `train_subset` images); evaluate on the
-    other EB split (acc_eb2 / acc_eb1) and the test set (acc_test, also reported as
-    test_acc), each cut to `max_eval` images when given (quick CPU runs)."""
-    if train_split not in SPLITS:
-        raise ValueError(f"train_split must be one of {SPLITS}, got {train_split!r}")
-    splits = splits if splits is not None else build_splits(index)
-    train_rows = splits.rows[train_split][:train_subset]
-    if len(train_rows) < 2:
-        raise DataError(f"IMDB split {train_split} has {len(train_rows)} usable images "
-                        f"({describe_splits(splits)}): too few to train")
-    other = SPLITS[1 - SPLITS.index(train_split)]
-    evals = {eval_name(name): _split(index, splits.rows[name][:max_eval], image_size,
-                                     num_workers)
-             for name in (other, "test")}
-    return Benchmark(
-        name="imdb", train=_split(index, train_rows, image_size, num_workers),
-        eval_splits=evals, num_classes=NUM_CLASSES,
-        make_features=lambda: ResNetFeatures(arch, z_dim, weights_path), z_dim=z_dim,
-        c_dim=C_DIM, extra_metrics=[_test_acc], bias_classes=(C_DIM,),
-        info={"source": index.root, "train_split": train_split, "n_train": len(train_rows),
-              **{f"n_{k}": len(v) for k, v in evals.items()}, "arch": arch,
-              "weights": weights_path or "none"})
+SPEC = BenchmarkSpec(
+    name="imdb", title="IMDB faces",
+    description="IMDB faces grid (the paper's Table 2): train split {EB1, EB2} x lambda x K x "
+                "seed.",
+    presets=IMDB, data_axes=("train_split",),
+    # weights_path: the file load resolved from `weights` (the trials never download).
+    build_keys=("root", "arch", "image_size", "train_subset", "max_eval", "num_workers",
+                "weights_path"),
+    load=load, build=build, table=TABLE, settings=ImdbSettings,
+    columns=("acc_eb1", "acc_eb2", "acc_test"),
+    summary=("train_acc", "acc_eb1", "acc_eb2", "acc_test"))

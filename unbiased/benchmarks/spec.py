@@ -151,7 +151,7 @@ class BenchmarkSpec:
         return tuple(dict.fromkeys((*self.columns, *self.data_axes)))
 
 
-def trial_device(config: dict) -> torch.device:
+def build_device(config: dict) -> torch.device:
     """Where a build puts its tensors: the trial's device (run_trial resolves `auto` before
     building; a build called on its own takes cuda when there is one)."""
     import torch
