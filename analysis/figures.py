@@ -1,6 +1,7 @@
 """The paper's Fig. 3 (MI, test and train accuracy vs epoch, one line per lambda) per method,
-a methods figure (one curve per method vs lambda), a K-ablation figure and, for fairness
-benchmarks (German), test accuracy and equality of opportunity vs lambda, drawn with
+a methods figure (one curve per method vs lambda), a K-ablation figure, test accuracy beside
+the metric a benchmark's spec names as its trade-off (German: equality of opportunity) per
+lambda, and a paper table whose columns are a data axis drawn against it, each with
 matplotlib's Agg canvas (no pyplot, no display).
 
 Curves are means over the kept (non-diverged) seeds of a lambda, shaded between the seeds'
@@ -17,11 +18,18 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from analysis.cells import partners
 from analysis.io import atomic_savefig
 from analysis.results import MI_METHOD, excluded_mask, lam_label
 from analysis.selection import LowestMI, NoCandidateError, SelectionRule
-from analysis.specs import DATA_AXES, axis_value_label
-from analysis.tables import partners
+from analysis.specs import (
+    DATA_AXES,
+    TABLE_SPECS,
+    TRADE_OFFS,
+    ColumnAxis,
+    TableSpec,
+    axis_value_label,
+)
 
 PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
                                        ("test_acc", "test accuracy"),
@@ -182,28 +190,27 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
     return fig
 
 
-FAIRNESS_PANELS: tuple[tuple[str, str], ...] = (("test_acc", "test accuracy (higher is better)"),
-                                                ("eo", "EO gap (lower is fairer)"))
-
-
-def fairness_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K: int,
-                    rule: SelectionRule | None = None) -> Figure:
-    """Final test accuracy and EO per lambda (bars: mean, error bars: std over seeds, dots:
-    single seeds) for one (benchmark, K) of kept MI-backprop trials; baselines (e.g. the SVM)
-    as dashed lines; the lambda `rule` (default LowestMI()) picks outlined, so its
-    accuracy/fairness trade-off can be read off against the others."""
+def trade_off_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K: int,
+                     rule: SelectionRule | None = None) -> Figure:
+    """Final test accuracy and the benchmark's trade-off metric (its spec's; German: EO) per
+    lambda (bars: mean, error bars: std over seeds, dots: single seeds) for one (benchmark,
+    K) of kept MI-backprop trials; baselines (e.g. the SVM) as dashed lines; the lambda
+    `rule` (default LowestMI()) picks outlined, so its trade-off can be read off against the
+    others."""
     rule = LowestMI() if rule is None else rule
+    metric, label = TRADE_OFFS[bench]
+    panels = (("test_acc", "test accuracy (higher is better)"), (metric, label))
     lams = sorted(set(finals["lam"].astype(float)))
     try:
         chosen: float | None = rule.choose(finals).lam
     except NoCandidateError:
         chosen = None
     fig = _new_figure(10.0, 3.6)
-    axes = fig.subplots(1, len(FAIRNESS_PANELS), squeeze=False)[0]
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
     colors = _colors(lams)
     x = np.arange(len(lams))
     base_styles = ("--", ":", "-.")
-    for ax, (metric, ylabel) in zip(axes, FAIRNESS_PANELS, strict=True):
+    for ax, (metric, ylabel) in zip(axes, panels, strict=True):
         for i, lam in enumerate(lams):
             vals = finals.loc[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9), metric]
             vals = vals.dropna().astype(float)
@@ -233,22 +240,26 @@ def fairness_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K
             ax.legend(fontsize=8, loc="best")
     n_seeds = finals.groupby("lam")["trial_id"].nunique()
     lo, hi = int(n_seeds.min()), int(n_seeds.max())
-    fig.suptitle(f"{bench}, K={K}: final test accuracy and equality of opportunity per λ "
+    fig.suptitle(f"{bench}, K={K}: final test accuracy and {label} per λ "
                  f"(mean ± std over {lo if lo == hi else f'{lo}-{hi}'} seeds)", fontsize=11)
     return fig
 
 
-def _sigma_of(column: str) -> float:
-    """The sigma of a Table 1 column label ("σ=0.020")."""
+def _axis_value(column: str) -> float:
+    """The data-axis value of a column label ("σ=0.020")."""
     return float(column.split("=", 1)[1])
 
 
-def table1_figure(tidy: pd.DataFrame) -> Figure | None:
-    """Table 1 as the reader compares it: test accuracy vs sigma, one panel per block (a K
-    of mi_backprop), a line per row of ours at a fixed lambda (mean over seeds, error bars:
-    std) and each published row as crosses on a dotted line in its partner's colour. None
-    when the tidy table has no digits rows."""
-    d = tidy[(tidy["benchmark"] == "digits") & tidy["block"].str.startswith("Table 1")]
+def table_figure(tidy: pd.DataFrame, spec: TableSpec) -> Figure | None:
+    """A paper table whose columns are a data axis (Table 1: sigma), as the reader compares
+    it: the measure vs the axis, one panel per block (a K of mi_backprop), a line per row of
+    ours at a fixed lambda (mean over seeds, error bars: std) and each published row as
+    crosses on a dotted line in its partner's colour. None when the tidy table has none of
+    the benchmark's rows, or its columns are not an axis."""
+    axis = spec.columns
+    if not isinstance(axis, ColumnAxis):
+        return None
+    d = tidy[(tidy["benchmark"] == spec.benchmark) & tidy["block"].str.startswith(spec.table)]
     d = d[(d["source"] == "published") | d["rule"].str.startswith("fixed")]
     if d.empty:
         return None
@@ -268,38 +279,44 @@ def table1_figure(tidy: pd.DataFrame) -> Figure | None:
             color.setdefault(theirs, color[mine])
         for row in ours + pub:
             r = cells[(cells["row"] == row) & cells["mean"].notna()]
-            r = r.assign(sigma=r["column"].map(_sigma_of)).sort_values("sigma")
+            r = r.assign(x=r["column"].map(_axis_value)).sort_values("x")
             if r.empty:
                 continue
             if row in pub:
-                ax.plot(r["sigma"], r["mean"], ls=":", marker="x", ms=7, color=color[row],
+                ax.plot(r["x"], r["mean"], ls=":", marker="x", ms=7, color=color[row],
                         label=row)
             else:
-                ax.errorbar(r["sigma"], r["mean"], yerr=r["std"].fillna(0.0), marker="o",
+                ax.errorbar(r["x"], r["mean"], yerr=r["std"].fillna(0.0), marker="o",
                             capsize=3, lw=1.8, color=color[row],
                             label=f"{row} (n={int(r['n'].max())})")
-        ax.set_xlabel("σ (colour variance)")
-        ax.set_ylabel("test accuracy")
+        ax.set_xlabel(f"{axis.symbol} ({axis.key})")
+        ax.set_ylabel(spec.measures)
         ax.set_title(block, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle("Colored MNIST: ours (mean ± std over seeds) beside the published rows (×)",
+    fig.suptitle(f"{spec.name}: ours (mean ± std over seeds) beside the published rows (×)",
                  fontsize=11)
     return fig
 
 
 def write_table_figures(tidy: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """figures/digits_table1.png from the tidy table (`table.parquet`), when it has Table 1."""
-    fig = table1_figure(tidy)
-    return [] if fig is None else [atomic_savefig(fig, Path(out_dir) / "digits_table1.png")]
+    """figures/<benchmark>_<table>.png (Table 1: digits_table1.png) from the tidy table
+    (`table.parquet`) for each paper table whose columns are a data axis and has rows."""
+    written = []
+    for bench, spec in TABLE_SPECS.items():
+        fig = table_figure(tidy, spec)
+        if fig is not None:
+            name = f"{bench}_{''.join(ch for ch in spec.table.lower() if ch.isalnum())}.png"
+            written.append(atomic_savefig(fig, Path(out_dir) / name))
+    return written
 
 
 def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path,
                   rule: SelectionRule | None = None) -> list[Path]:
     """Write `curves` figures per (benchmark, K), a K-ablation figure per benchmark with
-    several K and a `fairness` figure per (benchmark, K) whose trials report `eo`, into
-    `out_dir` (usually RESULTS/figures); the fairness figure marks `rule`'s choice (the
-    tables' lowest-MI rule, so both agree). Returns the written paths."""
+    several K and a trade-off figure per (benchmark, K) whose spec names one and whose trials
+    report it, into `out_dir` (usually RESULTS/figures); the trade-off figure marks `rule`'s
+    choice (the tables' lowest-MI rule, so both agree). Returns the written paths."""
     out = Path(out_dir)
     kept_all = finals[~excluded_mask(finals)]
     neural = kept_all[kept_all["lam"].notna()]
@@ -326,13 +343,14 @@ def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path,
             fig = methods_figure(side, bench, side[zero])
             written.append(atomic_savefig(fig, out / f"{bench}_methods.png"))
         bf = kept_finals[kept_finals["benchmark"] == bench]
-        if "eo" in bf.columns:
+        metric = TRADE_OFFS.get(bench, ("",))[0]
+        if metric in bf.columns:
             baselines = kept_all[(kept_all["benchmark"] == bench) & kept_all["lam"].isna()]
             for K in sorted(bf["K"].unique()):
                 at_K = bf[bf["K"] == K]
-                if at_K["eo"].notna().any():
-                    fig = fairness_figure(at_K, baselines, bench, int(K), rule)
-                    written.append(atomic_savefig(fig, out / f"{bench}_K{int(K)}_fairness.png"))
+                if at_K[metric].notna().any():
+                    fig = trade_off_figure(at_K, baselines, bench, int(K), rule)
+                    written.append(atomic_savefig(fig, out / f"{bench}_K{int(K)}_{metric}.png"))
         if bf["K"].nunique() > 1:
             fig = k_ablation_figure(bf, bench)
             written.append(atomic_savefig(fig, out / f"{bench}_K_ablation.png"))

@@ -14,14 +14,15 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.cells import fmt_num, md_table
+from analysis.groups import erm_rows, neural_methods, with_shared_erm
 from analysis.results import LAM_ATOL, with_lam
 from analysis.selection import NoCandidateError, SelectionRule, default_rules
-from analysis.tables import erm_rows, fmt_num, md_table, neural_methods, with_shared_erm
+from analysis.specs import BENCHMARK_METRICS
 
 ERM_RULE = "ERM (λ=0), reference"
 # Metrics a re-run reports when the sweep has them (test accuracy first).
-SHOWN = ("test_acc", "eo", "acc_eb1", "acc_eb2", "acc_test", "train_acc", "mi_eval",
-         "mi_eval_cond")
+SHOWN = ("test_acc", *BENCHMARK_METRICS, "train_acc", "mi_eval", "mi_eval_cond")
 
 
 def _same(series: pd.Series, value: object) -> pd.Series:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 
 from unbiased.benchmarks import all_specs
-from unbiased.benchmarks.digits import TRAIN_ROWS as DIGITS_TRAIN_ROWS
 from unbiased.benchmarks.spec import Column, ColumnAxis, Protocol, TableSpec
 
-__all__ = ["AXIS_SYMBOLS", "BENCHMARK_METRICS", "DATA_AXES", "DIGITS_TRAIN_ROWS",
-           "TABLE_SPECS", "Column", "ColumnAxis", "Protocol", "TableSpec", "axis_label",
+__all__ = ["AXIS_SYMBOLS", "BENCHMARK_METRICS", "DATA_AXES", "METRIC_LABELS", "TABLE_SPECS",
+           "TRADE_OFFS", "Column", "ColumnAxis", "Protocol", "TableSpec", "axis_label",
            "axis_value_label"]
 
 
@@ -36,6 +35,13 @@ TABLE_SPECS: dict[str, TableSpec] = {spec.name: spec.table for spec in all_specs
 # of one is a selection group of its own).
 BENCHMARK_METRICS: tuple[str, ...] = tuple(dict.fromkeys(
     c for spec in all_specs() for c in spec.columns))
+# The metric each benchmark draws per lambda beside test accuracy, with its axis label.
+TRADE_OFFS: dict[str, tuple[str, str]] = {spec.name: spec.trade_off for spec in all_specs()
+                                          if spec.trade_off is not None}
+# How table.md names each of them (the spec's column_labels, else the column's own name).
+METRIC_LABELS: dict[str, str] = {c: label for spec in all_specs()
+                                 for c in spec.columns
+                                 for label in [spec.column_labels.get(c, c)]}
 DATA_AXES: tuple[str, ...] = tuple(dict.fromkeys(
     a for spec in all_specs() for a in spec.data_axes))
 # The symbol of each data axis that is a table's columns (σ, ρ), for labels of its values.

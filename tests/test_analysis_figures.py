@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from analysis import build_all
-from analysis.figures import fairness_figure, table1_figure
+from analysis.figures import table_figure, trade_off_figure
 from analysis.io import atomic_write_parquet
 from analysis.results import final_rows
+from analysis.specs import TABLE_SPECS
 from analysis.synthetic import demo, frame, trial
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -34,7 +35,7 @@ def test_build_all_writes_figures(tmp_path: Path) -> None:
     expected = {figures / name for name in (
         "digits_K20_curves.png", "digits_K80_curves.png", "digits_K_ablation.png",
         "digits_K_ablation_curves.png", "digits_table1.png", "german_K30_curves.png",
-        "german_K30_fairness.png", "imdb_K40_curves.png")}
+        "german_K30_eo.png", "imdb_K40_curves.png")}
     assert expected <= set(written)
     assert set(figures.iterdir()) == expected  # no temp files left
     for path in expected:
@@ -55,11 +56,11 @@ def test_single_K_has_no_ablation_and_diverged_only_lambda_is_fine(tmp_path: Pat
     png_size(pngs[0])
 
 
-def test_fairness_figure_marks_the_lowest_mi_choice_and_draws_the_svm() -> None:
+def test_trade_off_figure_marks_the_lowest_mi_choice_and_draws_the_svm() -> None:
     finals = final_rows(demo())
     german = finals[(finals["benchmark"] == "german") & ~finals["excluded"]]
     ours = german[german["method"] == "mi_backprop"]
-    fig = fairness_figure(ours, german[german["method"] == "svm"], "german", 30)
+    fig = trade_off_figure(ours, german[german["method"] == "svm"], "german", 30)
     acc_ax, eo_ax = fig.axes[:2]
     ticks = [t.get_text() for t in eo_ax.get_xticklabels()]
     # demo(): lam 1 has the lowest MI and still fits, so the rule picks it
@@ -103,7 +104,7 @@ def test_table1_figure_draws_each_fixed_row_of_ours_beside_its_published_row(
     atomic_write_parquet(frame(rows), tmp_path / "results.parquet")
     assert "digits_table1.png" in {p.name for p in build_all(tmp_path)}
     tidy = pd.read_parquet(tmp_path / "table.parquet")
-    ax = table1_figure(tidy).axes[0]
+    ax = table_figure(tidy, TABLE_SPECS["digits"]).axes[0]
     # ours: error bars at the seeds' mean and std, one per fixed-lambda row (no rule rows)
     ours = {c.get_label(): c for c in ax.containers}
     assert set(ours) == {"ERM (λ=0) (n=2)", "Ours (λ=1, as the paper) (n=2)",
@@ -122,4 +123,4 @@ def test_table1_figure_draws_each_fixed_row_of_ours_beside_its_published_row(
         assert ours[mine].lines[0].get_color() == published[theirs].get_color()
     assert published["Alvi et al. (published)"].get_color() not in {
         c.lines[0].get_color() for c in ours.values()}
-    assert table1_figure(tidy[tidy["benchmark"] != "digits"]) is None
+    assert table_figure(tidy[tidy["benchmark"] != "digits"], TABLE_SPECS["digits"]) is None

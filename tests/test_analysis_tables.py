@@ -467,7 +467,7 @@ def test_german_quick_says_what_it_is_and_paper_is_compared() -> None:
 
 
 def test_the_digits_spec_counts_the_training_digits_as_the_data_does() -> None:
-    from analysis.specs import DIGITS_TRAIN_ROWS
     from unbiased.benchmarks.colored_mnist import MNIST5K_TRAIN_PER_CLASS, NUM_CLASSES
+    from unbiased.benchmarks.digits import TRAIN_ROWS as DIGITS_TRAIN_ROWS
 
     assert DIGITS_TRAIN_ROWS["mnist5k"] == MNIST5K_TRAIN_PER_CLASS * NUM_CLASSES

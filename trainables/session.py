@@ -7,7 +7,8 @@ trial bundle one per grid point), made files by `checkpoint_files` in the trial 
 `ckpt_s` counts the writing) and read back by `read_checkpoint`: every session stores the
 same bytes. `TuneSession` is the adapter a Tune function trainable uses; `RecordingSession`
 keeps the reports and the last checkpoint's bytes in memory (tests drive the loop with it,
-without Ray).
+without Ray). A trial knows its own id and can read another trial's last checkpoint of the
+same sweep (a warm start from a baseline trained before it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ class TrialSession(Protocol):
 
     def gpu_ids(self) -> list:
         """The GPUs the runner gave this trial (empty: none)."""
+
+    def trial_id(self) -> str:
+        """This trial's id (Tune's, or the recording session's)."""
+
+    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
+        """The files of another trial's last checkpoint in this sweep (None: it has none)."""
 
 
 def checkpoint_name(member: str) -> str:
@@ -126,17 +133,50 @@ class TuneSession:
         except Exception:  # noqa: BLE001 - outside a worker Ray may refuse; then there are none
             return []
 
+    def trial_id(self) -> str:
+        from ray import tune
+
+        return tune.get_context().get_trial_id()
+
+    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
+        # Where Tune keeps the sweep's trials (a local path, or S3 through pyarrow): each in a
+        # directory whose name holds its id, each checkpoint in checkpoint_<index>/.
+        from pyarrow import fs as pafs
+        from ray import tune
+
+        storage = tune.get_context().get_storage()
+        filesystem, experiment = storage.storage_filesystem, storage.experiment_fs_path
+        listing = filesystem.get_file_info(pafs.FileSelector(experiment))
+        trial_dirs = [i.path for i in listing if i.type == pafs.FileType.Directory
+                      and f"_{trial_id}_" in f"{i.base_name}_"]
+        if not trial_dirs:
+            return None
+        checkpoints = sorted(i.path for i in filesystem.get_file_info(
+            pafs.FileSelector(trial_dirs[0])) if i.type == pafs.FileType.Directory
+            and i.base_name.startswith("checkpoint_"))
+        if not checkpoints:
+            return None
+        files = {}
+        for info in filesystem.get_file_info(pafs.FileSelector(checkpoints[-1])):
+            if info.type == pafs.FileType.File:
+                with filesystem.open_input_stream(info.path) as stream:
+                    files[info.base_name] = stream.read()
+        return files
+
 
 class RecordingSession:
     """Reports kept in memory with the last checkpoint's files: a test drives run_trial with
     it, restarts from `checkpoint` (a new session given the old one's), and reads `reports`."""
 
     def __init__(self, checkpoint: dict[str, bytes] | None = None,
-                 gpus: list | None = None) -> None:
+                 gpus: list | None = None, trial_id: str = "recorded",
+                 others: dict[str, dict[str, bytes]] | None = None) -> None:
         self.checkpoint = checkpoint
         self.reports: list[dict] = []
         self.checkpoints = 0  # reports that came with a checkpoint
         self.gpus = gpus or []
+        self.id = trial_id
+        self.others = others or {}  # other trials' last checkpoints, by trial id
 
     def restore(self) -> dict[str, bytes] | None:
         return None if self.checkpoint is None else dict(self.checkpoint)
@@ -152,3 +192,10 @@ class RecordingSession:
 
     def gpu_ids(self) -> list:
         return list(self.gpus)
+
+    def trial_id(self) -> str:
+        return self.id
+
+    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
+        files = self.others.get(trial_id)
+        return None if files is None else dict(files)

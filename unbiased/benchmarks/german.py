@@ -88,4 +88,5 @@ SPEC = BenchmarkSpec(
     description="German credit grid (the paper's Table 3 and its lambda bar plots): lambda x "
                 "K x seed.",
     presets=GERMAN, data_axes=(), build_keys=("root",), load=load, build=build, table=TABLE,
-    columns=("eo",), summary=("train_acc", "test_acc", "eo"))
+    columns=("eo",), column_labels={"eo": "EO"}, trade_off=("eo", "EO gap (lower is fairer)"),
+    summary=("train_acc", "test_acc", "eo"))

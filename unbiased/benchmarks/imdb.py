@@ -180,4 +180,5 @@ SPEC = BenchmarkSpec(
                 "weights_path"),
     load=load, build=build, table=TABLE, settings=ImdbSettings,
     columns=("acc_eb1", "acc_eb2", "acc_test"),
+    column_labels={"acc_eb1": "acc EB1", "acc_eb2": "acc EB2", "acc_test": "acc test"},
     summary=("train_acc", "acc_eb1", "acc_eb2", "acc_test"))

@@ -124,6 +124,9 @@ class BenchmarkSpec:
     benchmark's own flags, shown under `title`; a field with `many` takes a list (an axis).
     `columns`: per-epoch result columns the benchmark reports beyond the generic ones
     (results.parquet keeps them, and the axes).
+    `column_labels`: how table.md names each of `columns` (default: the column's name).
+    `trade_off`: (metric, label) of one of `columns` the analysis draws per lambda beside test
+    accuracy (figures/<name>_K<K>_<metric>.png; German: equality of opportunity).
     `summary`: the metrics the driver's closing summary shows.
     `load(values)`: reads the data once in the driver (raising unbiased.data.DataError on the
     user's side of things) -> (objects for the trials, phrase).
@@ -143,6 +146,8 @@ class BenchmarkSpec:
     table: TableSpec
     settings: type | None = None
     columns: tuple[str, ...] = ()
+    column_labels: dict[str, str] = field(default_factory=dict)
+    trade_off: tuple[str, str] | None = None
     summary: tuple[str, ...] = ("train_acc", "test_acc")
     describe: Callable[[dict, dict], tuple[dict, list[str]]] | None = None
 
