@@ -190,13 +190,29 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
     return fig
 
 
+def _bars_per_lambda(ax, finals: pd.DataFrame, metric: str, lams: list[float],
+                     chosen: float | None) -> None:
+    """One bar per lambda (mean, error bar: std over seeds, dots: single seeds); `chosen`
+    outlined."""
+    colors = _colors(lams)
+    for i, lam in enumerate(lams):
+        vals = finals.loc[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9), metric]
+        vals = vals.dropna().astype(float)
+        if vals.empty:
+            continue
+        std = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+        picked = chosen is not None and np.isclose(lam, chosen, rtol=0.0, atol=1e-9)
+        ax.bar(i, float(vals.mean()), yerr=std, capsize=4, color=colors[lam], alpha=0.8,
+               edgecolor="black" if picked else "none", lw=2.0 if picked else 0.0)
+        ax.plot(np.full(len(vals), i), vals.to_numpy(), "k.", ms=4, alpha=0.6)
+
+
 def trade_off_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K: int,
                      rule: SelectionRule | None = None) -> Figure:
     """Final test accuracy and the benchmark's trade-off metric (its spec's; German: EO) per
-    lambda (bars: mean, error bars: std over seeds, dots: single seeds) for one (benchmark,
-    K) of kept MI-backprop trials; baselines (e.g. the SVM) as dashed lines; the lambda
-    `rule` (default LowestMI()) picks outlined, so its trade-off can be read off against the
-    others."""
+    lambda for one (benchmark, K) of kept MI-backprop trials (_bars_per_lambda); baselines
+    (e.g. the SVM) as dashed lines; the lambda `rule` (default LowestMI()) picks outlined,
+    so its trade-off can be read off against the others."""
     rule = LowestMI() if rule is None else rule
     metric, label = TRADE_OFFS[bench]
     panels = (("test_acc", "test accuracy (higher is better)"), (metric, label))
@@ -207,27 +223,18 @@ def trade_off_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, 
         chosen = None
     fig = _new_figure(10.0, 3.6)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    colors = _colors(lams)
-    x = np.arange(len(lams))
     base_styles = ("--", ":", "-.")
     for ax, (metric, ylabel) in zip(axes, panels, strict=True):
-        for i, lam in enumerate(lams):
-            vals = finals.loc[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9), metric]
-            vals = vals.dropna().astype(float)
-            if vals.empty:
-                continue
-            std = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-            picked = chosen is not None and np.isclose(lam, chosen, rtol=0.0, atol=1e-9)
-            ax.bar(i, float(vals.mean()), yerr=std, capsize=4, color=colors[lam], alpha=0.8,
-                   edgecolor="black" if picked else "none", lw=2.0 if picked else 0.0)
-            ax.plot(np.full(len(vals), i), vals.to_numpy(), "k.", ms=4, alpha=0.6)
+        _bars_per_lambda(ax, finals, metric, lams, chosen)
         for j, (method, g) in enumerate(baselines.groupby("method", sort=True)):
             vals = g[metric].dropna().astype(float)
             if not vals.empty:
                 ax.axhline(float(vals.mean()), ls=base_styles[j % len(base_styles)], lw=1.5,
                            color="0.25", label=f"{method} (mean of {len(vals)})")
-        ax.set_xticks(x, [f"{lam:g}" + (" *" if chosen is not None and np.isclose(
-            lam, chosen, rtol=0.0, atol=1e-9) else "") for lam in lams])
+        ax.set_xticks(np.arange(len(lams)), [f"{lam:g}" + (" *" if chosen is not None and
+                                                         np.isclose(lam, chosen, rtol=0.0,
+                                                                    atol=1e-9) else "")
+                                             for lam in lams])
         ax.set_xlabel(f"λ (* = {rule.name} choice, outlined)")
         ax.set_ylabel(ylabel)
         ax.set_title(ylabel, fontsize=10)
