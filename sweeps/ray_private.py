@@ -236,3 +236,16 @@ def check_cluster_config(config: dict) -> dict:
     prepared = prepare_config(config)
     validate_config(prepared)
     return prepared
+
+
+# -- what `ray up` ships to each node -----------------------------------------------------------
+# The autoscaler's command runner turns the YAML's rsync_exclude and rsync_filter into rsync
+# flags (SSHCommandRunner._create_rsync_filter_args, no state of the runner read) and runs
+# `rsync -avz FLAGS SRC/ NODE:DST` for each file mount, a directory's source ending in "/".
+def rsync_filter_args(cluster: dict) -> list[str]:
+    """The rsync flags `ray up` uses for the file mounts of the cluster YAML `cluster`."""
+    from ray.autoscaler._private.command_runner import SSHCommandRunner
+
+    options = {"rsync_exclude": cluster.get("rsync_exclude"),
+               "rsync_filter": cluster.get("rsync_filter")}
+    return SSHCommandRunner._create_rsync_filter_args(None, options)
