@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweeps.common import storage_uri_problem
 from unbiased.benchmarks.spec import BenchmarkSpec  # nothing heavy (no torch)
 from unbiased.method_catalogue import DEFAULT_METHOD, methods_help
 from unbiased.settings import TrialSettings, bounds
@@ -275,6 +276,9 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                           "multi-node cluster; the sweep goes to STORAGE/<name of OUT>/); "
                           f"default: ${STORAGE_ENV} when set (cluster.yaml sets it), else "
                           "OUT/tune")
+    run.add_argument("--shared-storage", action="store_true",
+                     help="the --storage-path (or OUT/tune) is a directory every node of the "
+                          "--address cluster mounts (else a cluster needs a storage URI)")
     run.add_argument("--out", type=Path, help="results directory (results.parquet, tables, "
                                               "figures); default: results/<sweep>_<preset>")
     tracker_flags(run)
@@ -448,12 +452,27 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
                      "trial: use --scheduler fifo, or leave out --bundle")
     out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
+    check_storage_flags(parser, ns, storage, out)
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
                      address=ns.address, storage_path=storage, resume=ns.resume,
                      overwrite=ns.overwrite, dry_run=ns.dry_run, done=done,
                      bundle=bundle, tracker=ns.tracker,
                      wandb_project=ns.wandb_project,
                      tracking_uri=ns.tracking_uri, explicit=frozenset(explicit))
+
+
+def check_storage_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                        storage: str | None, out: Path) -> None:
+    """Trial state every node can reach: on a cluster (--address) a storage URI, or a path
+    --shared-storage says every node mounts; a URI of a known form."""
+    if storage is not None and (problem := storage_uri_problem(storage)):
+        parser.error(f"argument --storage-path: {storage}: {problem}")
+    if ns.address and (storage is None or "://" not in storage) and not ns.shared_storage:
+        where = storage or f"{out / 'tune'} (the default)"
+        parser.error(f"argument --storage-path: {where} is a directory of this machine, and "
+                     f"the trials of the --address cluster may run on nodes that cannot see "
+                     f"it: give a storage URI (s3://BUCKET/PATH; cluster.yaml sets "
+                     f"{STORAGE_ENV}), or --shared-storage if every node mounts it")
 
 
 def flag_of(key: str) -> str:

@@ -23,3 +23,21 @@ def flat_config(config: dict) -> dict:
     """A trial's config with its grid point's keys at the top level."""
     return {**{k: v for k, v in config.items() if k != POINT_KEY},
             **(config.get(POINT_KEY) or {})}
+
+
+# The storage URI schemes Tune writes to through pyarrow, and those that name a bucket.
+STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
+BUCKET_SCHEMES = ("s3", "gs", "gcs")
+
+
+def storage_uri_problem(path: str) -> str | None:
+    """What is wrong with a --storage-path URI's form (None: nothing, or not a URI): read
+    offline, without asking the storage."""
+    if "://" not in path:
+        return None
+    scheme, rest = path.split("://", 1)
+    if scheme not in STORAGE_SCHEMES:
+        return f"{scheme}:// is not a storage Tune writes to ({', '.join(STORAGE_SCHEMES)})"
+    if scheme in BUCKET_SCHEMES and not rest.split("/", 1)[0]:
+        return f"no bucket after {scheme}:// (e.g. {scheme}://my-bucket/unbiased-mi)"
+    return None

@@ -26,7 +26,7 @@ from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.common import POINT_KEY, SweepError, fail
 from sweeps.done import DONE_FILE, done_trials, read_done, split_done
-from sweeps.outputs import check_out_dir, storage_dir, write_outputs
+from sweeps.outputs import check_out_dir, check_storage_reachable, storage_dir, write_outputs
 from sweeps.ray_init import init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
@@ -295,6 +295,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
             return 0
         if points:
             check_local_gpu(args)
+            check_storage_reachable(args)
         check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])

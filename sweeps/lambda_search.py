@@ -26,7 +26,12 @@ from sweeps import trackers  # noqa: E402
 from sweeps.cli import build_parser, resolve  # noqa: E402
 from sweeps.common import SweepError, fail  # noqa: E402
 from sweeps.digits_grid import BENCH, GRID, bias_strength, load_digits  # noqa: E402
-from sweeps.outputs import check_out_dir, storage_dir, write_outputs  # noqa: E402
+from sweeps.outputs import (  # noqa: E402
+    check_out_dir,
+    check_storage_reachable,
+    storage_dir,
+    write_outputs,
+)
 from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
 from sweeps.ray_init import init_ray  # noqa: E402
 from sweeps.results_frame import all_ok, results_frame  # noqa: E402
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         GRID.check_read(args.values, args.explicit)
         GRID.validate({**args.values, "lam": list(args["lam_range"])})
         trackers.check_installed(args)
+        check_storage_reachable(args)
         check_out_dir(args, EXPERIMENT)
         digits = load_digits(args)
         facts, lines = bias_strength(args, digits)

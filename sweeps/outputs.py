@@ -46,6 +46,27 @@ def check_out_dir(args: SweepArgs, experiment: str) -> None:
         raise SweepError(f"--out {out} is not writable: {exc.strerror or exc}") from None
 
 
+def check_storage_reachable(args: SweepArgs) -> None:
+    """A --storage-path URI's bucket (or root) exists and this machine can read it: else a
+    SweepError naming the storage, before Ray starts (pyarrow answers with the cause: no
+    bucket, no credentials, no connection)."""
+    uri = args.storage_path
+    if not uri or "://" not in uri:
+        return
+    from pyarrow import fs
+
+    try:
+        filesystem, path = fs.FileSystem.from_uri(uri)
+        root = path.strip("/").split("/", 1)[0]
+        info = filesystem.get_file_info(root)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SweepError(f"--storage-path {uri}: cannot reach it: {reason}") from None
+    if info.type == fs.FileType.NotFound:
+        raise SweepError(f"--storage-path {uri}: {root} does not exist (create the bucket, "
+                         f"or name one these credentials can write)")
+
+
 def storage_dir(args: SweepArgs) -> str:
     """Where Tune keeps this sweep's trial state: OUT/tune, or STORAGE/<name of OUT> when a
     (shared) --storage-path is given, so sweeps with different OUT never share a Tune

@@ -236,7 +236,8 @@ def test_unreachable_address_fails_fast_with_one_line(tmp_path):
         port = s.getsockname()[1]
     # As a process: in this one a Ray started by an earlier test would be joined instead.
     proc = subprocess.run([sys.executable, str(DRIVER), "--address", f"127.0.0.1:{port}",
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                           "--shared-storage", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 2
     assert "cannot connect to Ray at --address" in proc.stderr.strip().splitlines()[-1]

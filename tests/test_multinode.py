@@ -135,7 +135,8 @@ def test_digits_grid_spreads_trials_over_two_nodes(two_nodes, tmp_path):
         [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address", two_nodes.address,
          "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs", "1", "--K", "2",
          "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu",
-         "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", str(storage), "--out",
+         "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", str(storage),
+         "--shared-storage", "--out",
          str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -175,7 +176,8 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
         [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address",
          two_nodes.address, "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs",
          str(epochs), "--K", "2", "--batch-size", "256", "--mi-eval-steps", "30", "--device",
-         "cpu", "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", str(storage), "--out",
+         "cpu", "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", str(storage),
+         "--shared-storage", "--out",
          str(out)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)

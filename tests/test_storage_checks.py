@@ -1,0 +1,68 @@
+"""Trial state every node can reach, checked before anything starts: on a cluster
+(--address) a storage URI or --shared-storage; a URI of a known form; a bucket this machine
+can reach. Each refusal is one `error:` line, exit status 2, nothing written."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.drivers import run_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_storage_env(monkeypatch):
+    monkeypatch.delenv("UNBIASED_STORAGE_PATH", raising=False)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--address", "auto"], "(the default) is a directory of this machine"),
+    (["--address", "auto", "--storage-path", "/mnt/nowhere"],
+     "/mnt/nowhere is a directory of this machine"),
+    (["--storage-path", "s3://"], "no bucket after s3://"),
+    (["--storage-path", "s3:///run"], "no bucket after s3://"),
+    (["--storage-path", "ftp://host/run"], "ftp:// is not a storage Tune writes to"),
+])
+def test_storage_no_node_could_use_is_one_error_line(flags, needle, tmp_path):
+    out = tmp_path / "out"
+    ran = run_main("digits_grid", *flags, "--out", str(out))
+    assert ran.returncode == 2
+    last = ran.stderr.strip().splitlines()[-1]
+    assert "error: argument --storage-path:" in last and needle in last, last
+    assert not out.exists()
+
+
+def test_a_path_every_node_mounts_is_accepted_when_said_so(tmp_path):
+    ran = run_main("digits_grid", "--address", "auto", "--shared-storage", "--dry-run",
+                   "--out", str(tmp_path / "out"))
+    assert ran.returncode == 0, ran.stderr
+    ran = run_main("digits_grid", "--address", "auto", "--storage-path", "s3://bucket/run",
+                   "--dry-run", "--out", str(tmp_path / "out"))
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_a_bucket_that_cannot_be_reached_is_one_error_line_before_ray(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on, as the S3 endpoint
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "UNBIASED_STORAGE_PATH")}
+    env.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="test",
+               AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1")
+    out = tmp_path / "out"
+    ran = subprocess.run([sys.executable, str(ROOT / "sweeps" / "digits_grid.py"),
+                          "--storage-path", "s3://bucket/run", "--epochs", "1", "--out",
+                          str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --storage-path s3://bucket/run: cannot reach it"), last
+    assert "Traceback" not in ran.stderr and "Started a local Ray" not in ran.stdout
+    assert not out.exists()
