@@ -26,7 +26,13 @@ from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.common import POINT_KEY, SweepError, fail
 from sweeps.done import DONE_FILE, done_trials, read_done, split_done
-from sweeps.outputs import check_out_dir, check_storage_reachable, storage_dir, write_outputs
+from sweeps.outputs import (
+    check_out_dir,
+    check_storage_reachable,
+    copy_outputs_to_storage,
+    storage_dir,
+    write_outputs,
+)
 from sweeps.ray_init import init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
@@ -326,12 +332,15 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         written = write_outputs(args, spec.experiment, df)
         if after is not None:
             written += after(args, df)
+        kept = copy_outputs_to_storage(args, written)
         trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
     summary(df, spec.summary_columns)
     for path in written:
         print(f"wrote {path}")
+    if kept is not None:
+        print(f"and copied them to {kept} (they outlive this machine; --resume rebuilds them)")
     for line in trackers.hints(args, storage_dir(args)):
         print(line)
     return 0 if all_ok(df) else 1

@@ -29,6 +29,7 @@ from sweeps.digits_grid import BENCH, GRID, bias_strength, load_digits  # noqa: 
 from sweeps.outputs import (  # noqa: E402
     check_out_dir,
     check_storage_reachable,
+    copy_outputs_to_storage,
     storage_dir,
     write_outputs,
 )
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             ["method", "sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
         written = write_outputs(args, EXPERIMENT, df)
         front = _write_front(args.out, df, written)
+        kept = copy_outputs_to_storage(args, written)
         trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
@@ -125,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
           .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for path in written:
         print(f"wrote {path}")
+    if kept is not None:
+        print(f"and copied them to {kept} (they outlive this machine; --resume rebuilds them)")
     for line in trackers.hints(args, storage_dir(args)):
         print(line)
     return 0 if all_ok(df) else 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from sweeps.cli import SweepArgs
-from sweeps.common import SweepError
+from sweeps.common import BUCKET_SCHEMES, SweepError
 from sweeps.tune_state import repair_cut_off_state
 
 EXPERIMENT_FILE = "experiment.json"
@@ -55,16 +55,42 @@ def check_storage_reachable(args: SweepArgs) -> None:
         return
     from pyarrow import fs
 
+    bucket = uri.split("://", 1)[0] in BUCKET_SCHEMES
     try:
         filesystem, path = fs.FileSystem.from_uri(uri)
-        root = path.strip("/").split("/", 1)[0]
+        # A bucket must exist; a path under a file system's root is made by Tune.
+        root = path.strip("/").split("/", 1)[0] if bucket else path
         info = filesystem.get_file_info(root)
     except (OSError, ValueError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SweepError(f"--storage-path {uri}: cannot reach it: {reason}") from None
-    if info.type == fs.FileType.NotFound:
+    if bucket and info.type == fs.FileType.NotFound:
         raise SweepError(f"--storage-path {uri}: {root} does not exist (create the bucket, "
                          f"or name one these credentials can write)")
+
+
+def copy_outputs_to_storage(args: SweepArgs, written: list[Path]) -> str | None:
+    """The sweep's outputs (results.parquet, tables, figures, experiment.json) also under
+    STORAGE/<name of OUT>/outputs/ when a --storage-path is given, so they outlive the
+    machine that wrote them (a cluster's head goes with `ray down`). Returns where."""
+    if not args.storage_path:
+        return None
+    from pyarrow import fs
+
+    dest = storage_dir(args).rstrip("/") + "/outputs"
+    if "://" in dest:
+        filesystem, root = fs.FileSystem.from_uri(dest)
+    else:
+        filesystem, root = fs.LocalFileSystem(), str(Path(dest).resolve())
+    out = args.out.resolve()
+    for path in written:
+        path = Path(path).resolve()
+        rel = path.relative_to(out).as_posix() if path.is_relative_to(out) else path.name
+        target = f"{root}/{rel}"
+        filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        with filesystem.open_output_stream(target) as stream:
+            stream.write(path.read_bytes())
+    return dest
 
 
 def storage_dir(args: SweepArgs) -> str:
@@ -118,6 +144,6 @@ def write_outputs(args: SweepArgs, experiment: str, df: pd.DataFrame) -> list[Pa
     meta = {"unbiased.experiment": json.dumps(record, default=str, sort_keys=True)}
     atomic_write_parquet(df, path, metadata=meta)
     atomic_write_text(args.out / EXPERIMENT_FILE, json.dumps(record, indent=2, default=str))
-    written = [path]
+    written = [path, args.out / EXPERIMENT_FILE]
     written += [Path(p) for p in build_all(args.out)]
     return written

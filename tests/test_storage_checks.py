@@ -66,3 +66,38 @@ def test_a_bucket_that_cannot_be_reached_is_one_error_line_before_ray(tmp_path):
     assert last.startswith("error: --storage-path s3://bucket/run: cannot reach it"), last
     assert "Traceback" not in ran.stderr and "Started a local Ray" not in ran.stdout
     assert not out.exists()
+
+
+@pytest.mark.ray
+def test_the_outputs_outlive_the_machine_and_a_resume_rebuilds_them(ray_local, tmp_path):
+    """Outputs copied under the storage path (here a file:// URI, through pyarrow as S3 is):
+    with the machine's OUT gone (a head after `ray down`), --resume rebuilds them from Tune's
+    state in the storage alone."""
+    import pandas as pd
+
+    from tests.conftest import SMALL_NET
+
+    out = tmp_path / "head" / "sweep"
+    args = ["--sigma", "0.03", "--seeds", "0", "--lam", "0,1", "--K", "2", "--epochs", "1",
+            "--batch-size", "256", "--mi-eval-steps", "20", "--device", "cpu", *SMALL_NET,
+            "--storage-path", f"file://{tmp_path / 'bucket'}", "--out", str(out)]
+    ran = run_main("digits_grid", *args)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    kept = tmp_path / "bucket" / "sweep" / "outputs"
+    assert f"and copied them to file://{kept}" in ran.stdout
+    for name in ("results.parquet", "table.md", "table.parquet", "table.tex",
+                 "experiment.json"):
+        assert (kept / name).read_bytes() == (out / name).read_bytes(), name
+    assert list((kept / "figures").glob("*.png"))
+    before = pd.read_parquet(out / "results.parquet")
+
+    import shutil
+
+    shutil.rmtree(tmp_path / "head")  # the head's disk, gone with `ray down`
+    resumed = run_main("digits_grid", *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after = pd.read_parquet(out / "results.parquet")
+    cols = ["trial_id", "epoch", "lam", "test_acc", "mi"]
+    assert after[cols].sort_values("trial_id").reset_index(drop=True).equals(
+        before[cols].sort_values("trial_id").reset_index(drop=True))
+    assert (out / "table.md").is_file()
