@@ -102,6 +102,10 @@ def tracker_list(text: str) -> tuple[str, ...]:
 
 # Where --storage-path comes from when the flag is absent: cluster.yaml sets it on every node.
 STORAGE_ENV = "UNBIASED_STORAGE_PATH"
+# Restarts of a failed trial from its last checkpoint: a local machine's failures are bugs or
+# a killed process (2); a cluster's spot nodes are reclaimed, each time costing a trial an
+# epoch at most, so it may lose a node several times over a long trial (10).
+MAX_FAILURES_LOCAL, MAX_FAILURES_CLUSTER = 2, 10
 SCHEDULERS = ("fifo", "asha")
 # Values a preset may leave out: the trial settings' own defaults where a trial config has
 # always carried the key (the others, absent, take the same default in the trainable).
@@ -122,6 +126,7 @@ class SweepArgs:
     out: Path
     address: str | None = None
     storage_path: str | None = None
+    max_failures: int = MAX_FAILURES_LOCAL
     resume: bool = False
     overwrite: bool = False
     dry_run: bool = False  # print the trials and settings, start nothing
@@ -276,6 +281,10 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                           "multi-node cluster; the sweep goes to STORAGE/<name of OUT>/); "
                           f"default: ${STORAGE_ENV} when set (cluster.yaml sets it), else "
                           "OUT/tune")
+    run.add_argument("--max-failures", type=_one(int, bounds(ge=0)), metavar="N",
+                     help=f"restarts of a failed trial from its last checkpoint (default: "
+                          f"{MAX_FAILURES_LOCAL}; with --address {MAX_FAILURES_CLUSTER}: spot "
+                          f"nodes are reclaimed)")
     run.add_argument("--shared-storage", action="store_true",
                      help="the --storage-path (or OUT/tune) is a directory every node of the "
                           "--address cluster mounts (else a cluster needs a storage URI)")
@@ -455,6 +464,8 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     check_storage_flags(parser, ns, storage, out)
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
                      address=ns.address, storage_path=storage, resume=ns.resume,
+                     max_failures=(ns.max_failures if ns.max_failures is not None else
+                                   MAX_FAILURES_CLUSTER if ns.address else MAX_FAILURES_LOCAL),
                      overwrite=ns.overwrite, dry_run=ns.dry_run, done=done,
                      bundle=bundle, tracker=ns.tracker,
                      wandb_project=ns.wandb_project,

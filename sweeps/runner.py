@@ -57,7 +57,8 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
 
 def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_space: dict,
               param_keys: tuple[str, ...], n_trials: int, search_alg, num_samples: int):
-    """The sweep's Tuner: one checkpoint kept per trial, two retries of a failed trial."""
+    """The sweep's Tuner: one checkpoint kept per trial, --max-failures restarts of a failed
+    trial from it."""
     from ray import tune
 
     from sweeps import trackers
@@ -70,7 +71,7 @@ def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_s
         run_config=tune.RunConfig(
             name=experiment, storage_path=storage,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-            failure_config=tune.FailureConfig(max_failures=2),
+            failure_config=tune.FailureConfig(max_failures=args.max_failures),
             verbose=0,
             callbacks=[progress_callback(param_keys, n_trials),
                        *trackers.callbacks(args, param_keys)],

@@ -101,3 +101,16 @@ def test_the_outputs_outlive_the_machine_and_a_resume_rebuilds_them(ray_local, t
     assert after[cols].sort_values("trial_id").reset_index(drop=True).equals(
         before[cols].sort_values("trial_id").reset_index(drop=True))
     assert (out / "table.md").is_file()
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ([], 2), (["--address", "auto", "--shared-storage"], 10),
+    (["--address", "auto", "--shared-storage", "--max-failures", "4"], 4),
+    (["--max-failures", "0"], 0)])
+def test_a_clusters_trials_get_more_restarts_than_a_local_sweeps(flags, expected):
+    from sweeps.cli import build_parser, resolve
+    from sweeps.digits_grid import GRID
+    from sweeps.presets import DIGITS
+
+    parser = build_parser(GRID.prog, GRID.description, DIGITS, **GRID.parser_options)
+    assert resolve(parser, "digits", DIGITS, flags).max_failures == expected
