@@ -41,6 +41,7 @@ class GraphedStep:
         self.generators = list(generators)
         self.warmup = warmup
         self.failure: str | None = None
+        self._told = False
         self.replays = 0
         self._calls: dict[tuple, int] = {}
         self._graphs: dict[tuple, _Captured] = {}
@@ -50,6 +51,15 @@ class GraphedStep:
     def graphed(self) -> bool:
         """True once a shape was captured and no capture has failed."""
         return self.failure is None and bool(self._graphs)
+
+    def in_use(self, who: str) -> bool:
+        """Whether the steps replay a graph; a failed capture is said once, naming `who`
+        (then the steps run eager)."""
+        if self.failure is not None and not self._told:
+            print(f"cuda graphs: capture failed ({self.failure}): this {who} runs eager",
+                  flush=True)
+            self._told = True
+        return self.graphed
 
     def reset(self) -> None:
         """Drop every graph (the step's Python-side path changed): each shape warms up and is

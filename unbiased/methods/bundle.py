@@ -251,7 +251,6 @@ class MIBackpropBundle:
                 self.step_graph = GraphedStep(
                     lambda x, y, c: self.update(x, y, c, 1.0),
                     [self._batched_gen, *(m.method_gen for m in members)])
-        self._told_failure = False
 
     def freeze(self, member: int) -> None:
         """Stop training one member: every later step of its weights, moments and counts is
@@ -439,12 +438,7 @@ class MIBackpropBundle:
         """As MIBackprop.graphed, for the whole bundle."""
         if not self.cfg.cuda_graphs:
             return None
-        graph = self.step_graph
-        if graph is not None and graph.failure is not None and not self._told_failure:
-            print(f"cuda graphs: capture failed ({graph.failure}): this bundle runs eager",
-                  flush=True)
-            self._told_failure = True
-        return graph is not None and graph.graphed
+        return self.step_graph is not None and self.step_graph.in_use("bundle")
 
     def sync_members(self) -> None:
         """Each member's weights, MINE average and optimiser states from the bundle, so its

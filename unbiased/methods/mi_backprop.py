@@ -162,7 +162,6 @@ class MIBackprop(ERM):
             else:
                 self.step_graph = GraphedStep(self._batch_step, [self.method_gen])
             self._capturable(self.step_graph is not None)
-        self._told_failure = False
 
     def modules(self) -> dict[str, nn.Module]:
         return {**super().modules(), "mine": self.mine}
@@ -347,12 +346,7 @@ class MIBackprop(ERM):
         reason said once in the log); None without the option."""
         if not self.cfg.cuda_graphs:
             return None
-        graph = self.step_graph
-        if graph is not None and graph.failure is not None and not self._told_failure:
-            print(f"cuda graphs: capture failed ({graph.failure}): this trial runs eager",
-                  flush=True)
-            self._told_failure = True
-        return graph is not None and graph.graphed
+        return self.step_graph is not None and self.step_graph.in_use("trial")
 
     # -- evaluation and state -------------------------------------------------------------
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
