@@ -1,4 +1,5 @@
-"""The torch/torchvision pins of cluster.yaml, the Makefile and pyproject.toml agree.
+"""The torch/torchvision pins of cluster.yaml, the Dockerfile, the Makefile and pyproject.toml
+agree.
 
 The Makefile installs the versions the tests run; cluster.yaml installs the same ones on every
 node (the CPU wheel on the head, a CUDA wheel on the GPU workers); pyproject's lower bounds must
@@ -17,7 +18,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("Makefile", "pyproject.toml", "cluster.yaml")
+FILES = ("Makefile", "pyproject.toml", "cluster.yaml", "Dockerfile")
 PACKAGES = ("torch", "torchvision")
 INDEX = "https://download.pytorch.org/whl/"
 
@@ -45,6 +46,7 @@ def _pyproject_specs(text: str) -> dict[str, str]:
 
 def _node_pins(role: str, commands: list[str]) -> tuple[dict[str, set[str]], list[str]]:
     """Every torch/torchvision version named in one node type's commands, and its problems."""
+    where = "Dockerfile" if role == "image" else f"cluster.yaml {role}"
     text = "\n".join(commands)
     found: dict[str, set[str]] = {pkg: set(re.findall(rf"\b{pkg}==(\S+)", text))
                                   for pkg in PACKAGES}
@@ -55,16 +57,16 @@ def _node_pins(role: str, commands: list[str]) -> tuple[dict[str, set[str]], lis
     problems = []
     for pkg, versions in found.items():
         if len(versions) != 1:
-            problems.append(f"cluster.yaml {role}: {pkg} versions {sorted(versions)}, want one")
+            problems.append(f"{where}: {pkg} versions {sorted(versions)}, want one")
     pinned = {v for versions in found.values() for v in versions}
     # any other wheel version literal (e.g. in a message) must be one of the two pins
     for literal in set(re.findall(r"\b\d+\.\d+(?:\.\d+)?\+(?:cpu|cu\d+)\b", text)) - pinned:
-        problems.append(f"cluster.yaml {role}: {literal} is neither the torch nor the "
+        problems.append(f"{where}: {literal} is neither the torch nor the "
                         "torchvision pin")
     labels = {v.partition("+")[2] for v in pinned}
     indexes = set(re.findall(re.escape(INDEX) + r"(\w+)", text))
     if len(labels) != 1 or labels != indexes:
-        problems.append(f"cluster.yaml {role}: wheel builds {sorted(labels)} installed from "
+        problems.append(f"{where}: wheel builds {sorted(labels)} installed from "
                         f"indexes {sorted(indexes)}; want one build, from its own index")
     return found, problems
 
@@ -75,7 +77,9 @@ def pin_problems(root: Path) -> list[str]:
     cluster = yaml.safe_load((root / "cluster.yaml").read_text())
     common = cluster.get("setup_commands") or []
     roles = {"head": common + (cluster.get("head_setup_commands") or []),
-             "workers": common + (cluster.get("worker_setup_commands") or [])}
+             "workers": common + (cluster.get("worker_setup_commands") or []),
+             # the workers' image bakes in what their setup would install
+             "image": [(root / "Dockerfile").read_text()]}
     builds = {}
     for role, commands in roles.items():
         found, role_problems = _node_pins(role, commands)
@@ -85,12 +89,16 @@ def pin_problems(root: Path) -> list[str]:
             for version in found[pkg]:
                 public = version.partition("+")[0]
                 if pkg in make and public != make[pkg]:
-                    problems.append(f"cluster.yaml {role}: {pkg}=={version} differs from "
+                    where = "Dockerfile" if role == "image" else f"cluster.yaml {role}"
+                    problems.append(f"{where}: {pkg}=={version} differs from "
                                     f"the Makefile's {pkg}=={make[pkg]}")
     if builds["head"] != {"cpu"}:
         problems.append(f"cluster.yaml head: builds {sorted(builds['head'])}, want the CPU one")
     if not all(re.fullmatch(r"cu\d+", b) for b in builds["workers"]) or not builds["workers"]:
         problems.append(f"cluster.yaml workers: builds {sorted(builds['workers'])}, want CUDA")
+    if builds["image"] != builds["workers"]:
+        problems.append(f"Dockerfile: builds {sorted(builds['image'])}, want the workers' "
+                        f"{sorted(builds['workers'])}")
     for pkg in PACKAGES:
         if pkg not in specs:
             problems.append(f"pyproject.toml: no {pkg} requirement")
@@ -133,11 +141,13 @@ def _sub_all(old: str, new: str):
     ("cluster.yaml", _sub_first("--index-url https://download.pytorch.org/whl/cu130",
                                 "--index-url https://download.pytorch.org/whl/cu128")),
     ("cluster.yaml", _sub_all("+cpu", "+cu130")),  # CUDA wheels on the head
+    ("Dockerfile", _sub_first("torch==2.14.1+cu130", "torch==2.14.2+cu130")),
     ("pyproject.toml", _sub_first('"torch>=2.3"', '"torch>=2.15"')),
     ("pyproject.toml", _sub_first('"torchvision>=0.18"', '"torchvision>=0.30"')),
 ], ids=["makefile-torch", "makefile-torchvision", "cluster-one-occurrence", "cluster-all-torch",
         "cluster-all-torchvision", "cluster-head-guard", "cluster-worker-index",
-        "cluster-cuda-on-head", "pyproject-torch-bound", "pyproject-torchvision-bound"])
+        "cluster-cuda-on-head", "dockerfile-torch", "pyproject-torch-bound",
+        "pyproject-torchvision-bound"])
 def test_editing_one_file_alone_is_caught(tmp_path, name, edit):
     for file in FILES:
         shutil.copy(ROOT / file, tmp_path / file)
