@@ -23,18 +23,12 @@ from analysis.selection import (
     SelectionRule,
     mi_column,
 )
-from analysis.specs import BENCHMARK_METRICS, DATA_AXES, METRIC_LABELS, axis_value_label
+from analysis.specs import BENCHMARK_METRICS, METRIC_LABELS, data_labels
 
 
 def _sub_label(key: dict[str, object]) -> str:
-    parts = []
-    if key.get("method") != MI_METHOD:
-        parts.append(str(key.get("method")))
-    for axis in ("sigma", *(a for a in DATA_AXES if a != "sigma")):
-        label = axis_value_label(axis, key.get(axis))
-        if label is not None:
-            parts.append(label)
-    return ", ".join(parts) or "all"
+    method = [str(key.get("method"))] if key.get("method") != MI_METHOD else []
+    return ", ".join(method + data_labels(key)) or "all"
 
 
 def _groups(finals: pd.DataFrame, bench: str, K: int) -> list[tuple[str, pd.DataFrame]]:

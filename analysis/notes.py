@@ -15,7 +15,7 @@ from analysis.results import (
     lam_label,
     selected_mask,
 )
-from analysis.specs import DATA_AXES, axis_value_label
+from analysis.specs import DATA_AXES, axis_value_label, data_labels
 
 
 def warnings_section(finals: pd.DataFrame) -> str:
@@ -77,9 +77,7 @@ def excluded_section(finals: pd.DataFrame) -> str:
 
 def data_label(row: pd.Series) -> str:
     """A trial's point on its benchmark's data axes ("σ=0.030", "train EB1"), or a dash."""
-    labels = [label for axis in DATA_AXES if axis in row.index
-              if (label := axis_value_label(axis, row[axis])) is not None]
-    return ", ".join(labels) or DASH
+    return ", ".join(data_labels(row)) or DASH
 
 
 def _in_order(rows: pd.DataFrame) -> pd.DataFrame:

@@ -10,13 +10,14 @@ unbiased/benchmarks/spec.py (torch-free, importable by the benchmarks without th
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from unbiased.benchmarks import all_specs
 from unbiased.benchmarks.spec import Column, ColumnAxis, Protocol, TableSpec
 
 __all__ = ["AXIS_SYMBOLS", "BENCHMARK_METRICS", "DATA_AXES", "METRIC_LABELS", "TABLE_SPECS",
            "TRADE_OFFS", "Column", "ColumnAxis", "Protocol", "TableSpec", "axis_label",
-           "axis_value_label"]
+           "axis_value_label", "data_labels"]
 
 
 def axis_label(symbol: str, value: float) -> str:
@@ -48,6 +49,13 @@ DATA_AXES: tuple[str, ...] = tuple(dict.fromkeys(
 AXIS_SYMBOLS: dict[str, str] = {spec.columns.key: spec.columns.symbol
                                 for spec in TABLE_SPECS.values()
                                 if isinstance(spec.columns, ColumnAxis)}
+
+
+def data_labels(values: Mapping[str, object]) -> list[str]:
+    """The labels of a row's (or a group key's) values on the registry's data axes, in their
+    order; axes it lacks or holds NaN for are left out."""
+    return [label for axis in DATA_AXES if axis in values
+            if (label := axis_value_label(axis, values[axis])) is not None]
 
 
 def axis_value_label(axis: str, value: object) -> str | None:
