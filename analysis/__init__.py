@@ -27,7 +27,8 @@ are listed in ``table.md`` and never averaged, plotted or chosen.
 Selection rules (``analysis.selection``)
 ----------------------------------------
 Each rule is a class with ``name`` and ``choose(finals) -> Choice(lam, rule, reason)``, applied
-to the final rows of one group (benchmark, K, method, sigma, and train_split for IMDB). Seeds
+to the final rows of one group (benchmark, K, method, and each data axis its benchmark's spec
+declares: digits' sigma, IMDB's train_split). Seeds
 are averaged per lambda first; a lambda with no kept trial is not a candidate.
 
 - ``LowestMI(tolerance=0.05)``, "lowest-MI (label-free)": among lambdas whose mean train

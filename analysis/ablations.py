@@ -2,7 +2,8 @@
 supplementary) or over our two critic options (sweeps/critic_ablation.py).
 
 `ablation_axis(df)` names what varies (None: not an ablation); `ablation_section` is the
-table.md section (one row per sigma and value of the axis, mean ± std over seeds);
+table.md section (one row per data point (each data axis the trials have), lambda and value of
+the ablated axis, mean ± std over seeds);
 `ablation_figure` draws training loss, training accuracy, test accuracy and the fresh MI
 estimate by epoch per value (mean, shaded min-max over seeds), as the supplementary's K
 figure does for the first two.
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.results import MI_METHOD, critic_warning
+from analysis.specs import present_axes
 
 CRITIC_AXES = ("mine_standardize", "mi_guard")
 # (standardize, guard) -> name, in the order the table lists them.
@@ -60,6 +61,15 @@ def ablation_axis(df: pd.DataFrame) -> str | None:
     return None
 
 
+def _data_axes(rows: pd.DataFrame) -> list[str]:
+    """The registered data axes the trials have a value of (their benchmark's)."""
+    return [a for a in present_axes(rows.columns) if rows[a].notna().any()]
+
+
+def _axis_value(value: object, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
 def _values(rows: pd.DataFrame, axis: str) -> pd.Series:
     return critic_of(rows) if axis == "critic" else rows["K"].astype(int)
 
@@ -81,6 +91,7 @@ def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
     """One row per trial: its grid point, the reported epoch's numbers, its best test
     accuracy over epochs, whether its own critic ran away, its minutes."""
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
+    data_axes = _data_axes(rows)
     out = []
     for trial_id, trial in rows.groupby("trial_id"):
         trial = trial.sort_values("epoch")
@@ -95,8 +106,8 @@ def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
             mi_eval, mi_cond = row.get("mi_eval", math.nan), row.get("mi_eval_cond", math.nan)
         seconds = trial["epoch_s"] if "epoch_s" in trial and trial["epoch_s"].notna().all() \
             else trial["time_s"]
-        out.append({"trial_id": trial_id, "sigma": float(row["sigma"]), "value": row["value"],
-                    "lam": float(row["lam"]),
+        out.append({"trial_id": trial_id, **{a: row[a] for a in data_axes},
+                    "value": row["value"], "lam": float(row["lam"]),
                     "seed": int(row["seed"]), "epoch": int(row["epoch"]),
                     "test_acc": float(row["test_acc"]), "train_acc": float(row["train_acc"]),
                     "best_test_acc": float(trial["test_acc"].max()),
@@ -120,16 +131,20 @@ def ablation_section(df: pd.DataFrame, axis: str, bench: str) -> str:
             "'Own critic ran away': trials whose own DV estimate fell below -5 nats. "
             "Minutes: a trial's wall time as it ran (two trials side by side on the machine "
             "that ran it).")
+    data_axes = _data_axes(_trained(df))
     lines = [f"## Ablation over {what}", "", note, "",
-             f"| sigma | lambda | {'critic' if axis == 'critic' else 'K'} | seeds | test acc | "
+             "| " + "".join(f"{a} | " for a in data_axes) +
+             f"lambda | {'critic' if axis == 'critic' else 'K'} | seeds | test acc | "
              "best test acc (peeks) | train acc | mi_eval | mi_eval_cond | own critic ran "
-             "away | minutes a trial | machines |", "|---" * 12 + "|"]
-    for (sigma, lam), at in trials.groupby(["sigma", "lam"]):
+             "away | minutes a trial | machines |", "|---" * (11 + len(data_axes)) + "|"]
+    for point, at in trials.groupby([*data_axes, "lam"]):
+        *data, lam = point
         for value in _order(axis, set(at["value"])):
             g = at[at["value"] == value]
             seeds = ", ".join(str(s) for s in sorted(g["seed"]))
             lines.append(
-                f"| {sigma:.3f} | {lam:g} | {value} | {seeds} | "
+                "| " + "".join(f"{_axis_value(v)} | " for v in data)
+                + f"{lam:g} | {value} | {seeds} | "
                 f"{_cell(g['test_acc'])} | {_cell(g['best_test_acc'])} | "
                 f"{_cell(g['train_acc'])} | {_cell(g['mi_eval'], 2)} | "
                 f"{_cell(g['mi_eval_cond'], 2)} | {int(g['ran_away'].sum())} of {len(g)} | "
@@ -141,15 +156,14 @@ def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
     from analysis.figures import _colors, _new_figure
 
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
-    panels = sorted(set(zip(rows["sigma"].astype(float), rows["lam"].astype(float),
-                            strict=True)))
+    data_axes = _data_axes(rows)
+    panels = [(point if isinstance(point, tuple) else (point,), at)
+              for point, at in rows.groupby([*data_axes, "lam"], sort=True)]
     values = _order(axis, set(rows["value"]))
     colors = _colors([float(i) for i in range(len(values))])
     fig = _new_figure(4.0 * len(CURVES), 3.0 * len(panels) + 0.6)
     axes = fig.subplots(len(panels), len(CURVES), squeeze=False)
-    for r, (sigma, lam) in enumerate(panels):
-        at = rows[np.isclose(rows["sigma"].astype(float), sigma, rtol=0.0, atol=1e-9)
-                  & np.isclose(rows["lam"].astype(float), lam, rtol=0.0, atol=1e-9)]
+    for r, ((*data, lam), at) in enumerate(panels):
         for i, value in enumerate(values):
             g = at[at["value"] == value]
             for c, (metric, _) in enumerate(CURVES):
@@ -165,7 +179,9 @@ def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
                                 color=colors[float(i)])
         for c, (_, title) in enumerate(CURVES):
             ax = axes[r][c]
-            ax.set_title(f"sigma {sigma:g}, lambda {lam:g}: {title}", fontsize=10)
+            where = "".join(f"{a} {v:g}, " if isinstance(v, float) else f"{a} {v}, "
+                            for a, v in zip(data_axes, data, strict=True))
+            ax.set_title(f"{where}lambda {lam:g}: {title}", fontsize=10)
             ax.set_xlabel("epoch")
             ax.grid(alpha=0.3)
         axes[r][0].legend(fontsize=8)

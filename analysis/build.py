@@ -43,9 +43,9 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
     sections = [ablation_section(df[df["benchmark"] == bench], axis, bench)
                 for bench, axis in axes.items() if axis is not None]
     if sections:
-        # An ablation's own table first; the Table blocks after it group trials by sigma,
+        # An ablation's own table first; the Table blocks after it group trials by data point,
         # method, K and lambda only, so a critic ablation's four critics are pooled there.
-        pooled = ("The Table blocks further down pool the four critics of each sigma as if "
+        pooled = ("The Table blocks further down pool the four critics of each data point as if "
                   "they were seeds: read this section instead.\n\n"
                   if "critic" in axes.values() else "")
         title, rest = markdown.split("\n", 1)

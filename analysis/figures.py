@@ -22,14 +22,7 @@ from analysis.cells import partners
 from analysis.io import atomic_savefig
 from analysis.results import MI_METHOD, excluded_mask, lam_label
 from analysis.selection import LowestMI, NoCandidateError, SelectionRule
-from analysis.specs import (
-    DATA_AXES,
-    TABLE_SPECS,
-    TRADE_OFFS,
-    ColumnAxis,
-    TableSpec,
-    axis_value_label,
-)
+from analysis.specs import TABLE_SPECS, TRADE_OFFS, ColumnAxis, TableSpec, data_labels, present_axes
 
 PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
                                        ("test_acc", "test accuracy"),
@@ -46,16 +39,13 @@ def _new_figure(width: float, height: float) -> Figure:
 
 
 def _row_keys(df: pd.DataFrame) -> list[str]:
-    """sigma, then every other data axis of the registered benchmarks the rows have."""
-    return ["sigma"] + [k for k in DATA_AXES if k != "sigma" and k in df.columns]
+    """The data axes of the registered benchmarks the rows have."""
+    return present_axes(df.columns)
 
 
 def _row_label(bench: str, key: tuple[object, ...], keys: list[str]) -> str:
     """The label of one subgroup: its value of each of `keys` (_row_keys) it has."""
-    parts = [axis_value_label(name, value) for name, value in zip(keys, key, strict=True)]
-    # a training split reads "train on EB1" on a figure
-    return ", ".join(p.replace("train ", "train on ", 1) if name == "train_split" else p
-                     for name, p in zip(keys, parts, strict=True) if p is not None) or bench
+    return ", ".join(data_labels(dict(zip(keys, key, strict=True)))) or bench
 
 
 def _colors(lams: list[float]) -> dict[float, tuple[float, ...]]:
@@ -68,6 +58,8 @@ def _colors(lams: list[float]) -> dict[float, tuple[float, ...]]:
 
 def _subgroups(frame: pd.DataFrame) -> list[tuple[tuple[object, ...], pd.DataFrame]]:
     keys = _row_keys(frame)
+    if not keys:
+        return [((), frame)]
     out = []
     for values, sub in frame.groupby(keys, dropna=False, sort=True):
         out.append((values if isinstance(values, tuple) else (values,), sub))

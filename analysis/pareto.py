@@ -18,11 +18,12 @@ import pandas as pd
 from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.results import excluded_mask
 from analysis.selection import LowestMI, SelectionRule
+from analysis.specs import data_labels, present_axes
 
 OBJECTIVES: tuple[tuple[str, str], ...] = (("mi_eval", "min"), ("train_acc", "max"))
-STUDY_KEYS = ("benchmark", "sigma", "seed")
-FRONT_COLUMNS = ["benchmark", "sigma", "seed", "trial_id", "lam", "K", "mi_eval", "train_acc",
-                 "test_acc", "mi", "chosen", "rule", "reason"]
+# A study is one (benchmark, each data axis the rows have, seed).
+FRONT_COLUMNS = ["trial_id", "lam", "K", "mi_eval", "train_acc", "test_acc", "mi", "chosen",
+                 "rule", "reason"]
 
 
 def pareto_mask(frame: pd.DataFrame,
@@ -42,11 +43,13 @@ def pareto_mask(frame: pd.DataFrame,
 
 
 def _study_key(frame: pd.DataFrame) -> list[str]:
-    return [k for k in STUDY_KEYS if k in frame.columns]
+    """benchmark, each data axis the rows have a value of, seed."""
+    axes = [a for a in present_axes(frame.columns) if frame[a].notna().any()]
+    return [k for k in ("benchmark", *axes, "seed") if k in frame.columns]
 
 
 def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.DataFrame:
-    """The front of each study (benchmark, sigma, seed) among its kept final rows, with the
+    """The front of each study (benchmark, data point, seed) among its kept final rows, with the
     rule's choice marked (`chosen`) and explained (`rule`, `reason` on the chosen row)."""
     rule = rule if rule is not None else LowestMI()
     kept = finals[~excluded_mask(finals)]
@@ -63,22 +66,24 @@ def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.
         best = at["mi_eval"].astype(float).idxmin()
         front.loc[best, ["chosen", "rule", "reason"]] = [True, choice.rule, choice.reason]
         fronts.append(front)
+    study = _study_key(kept)
     if not fronts:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in FRONT_COLUMNS})
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in [*study, *FRONT_COLUMNS]})
     out = pd.concat(fronts, ignore_index=True)
     for col in FRONT_COLUMNS:
         if col not in out.columns:
             out[col] = np.nan
-    out = out[FRONT_COLUMNS].astype({"chosen": bool, "rule": "string", "reason": "string",
-                                     "trial_id": "string"})
-    return out.sort_values(["sigma", "seed", "mi_eval"]).reset_index(drop=True)
+    out = out[[*study, *FRONT_COLUMNS]].astype({"chosen": bool, "rule": "string",
+                                                "reason": "string", "trial_id": "string"})
+    order = [k for k in study if k != "benchmark"]
+    return out.sort_values([*order, "mi_eval"]).reset_index(drop=True)
 
 
 def front_markdown(front: pd.DataFrame, finals: pd.DataFrame) -> str:
     """The fronts as markdown: one table per study, the choice marked, and beside it the best
     test accuracy of any kept trial of the study (an oracle that peeks, for the gap)."""
     lines = ["# Pareto front: low mi_eval, high train_acc (label-free)\n",
-             "One table per (sigma, seed) study, sorted by mi_eval. `*` marks the trial the "
+             "One table per study (data point, seed), sorted by mi_eval. `*` marks the trial the "
              "lowest-MI rule chose on the front; test accuracy is shown for reference only "
              "(the choice never reads it).\n"]
     if front.empty:
@@ -87,8 +92,8 @@ def front_markdown(front: pd.DataFrame, finals: pd.DataFrame) -> str:
     for key, study in front.groupby(_study_key(front), dropna=False, sort=True):
         names = dict(zip(_study_key(front), key if isinstance(key, tuple) else (key,),
                          strict=True))
-        lines.append(f"## {names.get('benchmark', '')} σ={names.get('sigma'):g} "
-                     f"seed={names.get('seed')}\n")
+        point = " ".join(data_labels(names))
+        lines.append(f"## {names.get('benchmark', '')} {point} seed={names.get('seed')}\n")
         lines.append("| | λ | K | mi_eval | train acc | test acc | trial |")
         lines.append("|---|---|---|---|---|---|---|")
         for r in study.itertuples():

@@ -5,12 +5,10 @@ gives none."""
 
 from __future__ import annotations
 
-from unbiased.benchmarks.digits import PAPER_SIGMAS as DIGITS_SIGMAS
-from unbiased.benchmarks.spec import AXIS_ATOL as SIGMA_ATOL
 from unbiased.benchmarks.spec import PAPER, PublishedRow
 from unbiased.method_catalogue import CATALOGUE, DEFAULT_METHOD
 
-__all__ = ["DIGITS_SIGMAS", "PAPER", "SIGMA_ATOL", "PublishedRow", "METHOD_LABELS",
+__all__ = ["PAPER", "PublishedRow", "METHOD_LABELS",
            "PUBLISHED_METHOD", "method_label", "partner_label"]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.specs import BENCHMARK_METRICS, DATA_AXES, TABLE_SPECS, axis_label
+from analysis.specs import AXIS_KINDS, BENCHMARK_METRICS, TABLE_SPECS, present_axes
 from unbiased.stopping import FLOOR_MARGIN_NATS
 
 RESULTS_FILE = "results.parquet"
@@ -29,7 +29,6 @@ REQUIRED_COLUMNS: dict[str, str] = {
     "trial_id": "string",
     "benchmark": "string",
     "method": "string",
-    "sigma": "float",
     "lam": "float",
     "K": "integer",
     "seed": "integer",
@@ -41,14 +40,12 @@ REQUIRED_COLUMNS: dict[str, str] = {
     "mi_eval": "float",
 }
 # Optional columns are checked only when present; integers among them may also be floats.
+# Besides the generic ones: every registered benchmark's data axes and metrics.
 OPTIONAL_COLUMNS: dict[str, str] = {
+    **AXIS_KINDS,
+    **{metric: "float" for metric in BENCHMARK_METRICS},
     "loss_task": "float",
     "epochs": "float",
-    "eo": "float",
-    "train_split": "string",
-    "acc_eb1": "float",
-    "acc_eb2": "float",
-    "acc_test": "float",
     "mi_eval_cond": "float",
     "selected_mi_eval": "float",
     "selected_mi_eval_cond": "float",
@@ -63,9 +60,9 @@ MI_METHOD = "mi_backprop"
 RUNAWAY_NATS = -5.0
 # Statuses of trials that ran to the end but carry a warning start with this.
 OK_WARNING = "ok; "
-# The keys that make one selection group (plus the benchmarks' other data axes when present:
-# IMDB's train_split, Biased MNIST's rho).
-GROUP_KEYS: tuple[str, ...] = ("benchmark", "K", "method", "sigma")
+# The keys that make one selection group, plus the registered benchmarks' data axes the rows
+# have (each value of one is a group of its own).
+GROUP_KEYS: tuple[str, ...] = ("benchmark", "K", "method")
 # Metrics averaged per lambda when present.
 METRICS: tuple[str, ...] = tuple(dict.fromkeys(
     ("test_acc", "train_acc", "mi", "mi_eval", "mi_eval_cond", *BENCHMARK_METRICS,
@@ -149,8 +146,7 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
 
 def group_keys(df: pd.DataFrame) -> list[str]:
     """Columns that identify one selection group in `df`."""
-    keys = list(GROUP_KEYS)
-    return keys + [k for k in DATA_AXES if k not in keys and k in df.columns]
+    return [*GROUP_KEYS, *present_axes(df.columns)]
 
 
 def _nonfinite(value: object) -> bool:
@@ -337,10 +333,6 @@ def spearman(x: pd.Series | np.ndarray, y: pd.Series | np.ndarray) -> float:
     if len(frame) < 3:
         return math.nan
     return float(frame["x"].rank().corr(frame["y"].rank()))
-
-
-def sigma_label(sigma: float) -> str:
-    return axis_label("σ", sigma)
 
 
 def lam_label(lam: float) -> str:

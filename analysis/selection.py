@@ -1,7 +1,7 @@
 """Model-selection rules: which lambda to report for one group of trials.
 
-A group is one (benchmark, K, method, sigma[, train_split]); its final-epoch rows may hold
-several seeds per lambda. Every rule first drops excluded (diverged/failed) trials, then
+A group is one (benchmark, K, method, and each data axis the rows have); its final-epoch rows
+may hold several seeds per lambda. Every rule first drops excluded (diverged/failed) trials, then
 averages the remaining seeds per lambda, then chooses. A lambda with no kept trial is not a
 candidate. The label-free rules read MI, so they also pass over a lambda whose fresh estimate
 failed on some seed (`estimator_failed`: read far below its prediction floor, so its MI is

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from unbiased.benchmarks import all_specs
 from unbiased.benchmarks.spec import Column, ColumnAxis, Protocol, TableSpec
 
-__all__ = ["AXIS_SYMBOLS", "BENCHMARK_METRICS", "DATA_AXES", "METRIC_LABELS", "TABLE_SPECS",
-           "TRADE_OFFS", "Column", "ColumnAxis", "Protocol", "TableSpec", "axis_label",
-           "axis_value_label", "data_labels"]
+__all__ = ["AXIS_FORMATS", "AXIS_KINDS", "AXIS_SYMBOLS", "BENCHMARK_METRICS", "DATA_AXES",
+           "METRIC_LABELS", "TABLE_SPECS", "TRADE_OFFS", "Column", "ColumnAxis", "Protocol",
+           "TableSpec", "axis_label", "axis_value_label", "data_labels", "present_axes"]
 
 
 def axis_label(symbol: str, value: float) -> str:
@@ -45,10 +45,21 @@ METRIC_LABELS: dict[str, str] = {c: label for spec in all_specs()
                                  for label in [spec.column_labels.get(c, c)]}
 DATA_AXES: tuple[str, ...] = tuple(dict.fromkeys(
     a for spec in all_specs() for a in spec.data_axes))
+# Each data axis's results column kind ("float" or "string") and its label format, if any.
+AXIS_KINDS: dict[str, str] = {a: kind for spec in all_specs()
+                              for a, kind in spec.axis_kinds().items()}
+AXIS_FORMATS: dict[str, str] = {a: fmt for spec in all_specs()
+                                for a, fmt in spec.axis_labels.items()}
 # The symbol of each data axis that is a table's columns (σ, ρ), for labels of its values.
 AXIS_SYMBOLS: dict[str, str] = {spec.columns.key: spec.columns.symbol
                                 for spec in TABLE_SPECS.values()
                                 if isinstance(spec.columns, ColumnAxis)}
+
+
+def present_axes(columns: object) -> list[str]:
+    """The registry's data axes among `columns` (a frame's columns, a mapping's keys), in
+    the registry's order."""
+    return [axis for axis in DATA_AXES if axis in columns]  # type: ignore[operator]
 
 
 def data_labels(values: Mapping[str, object]) -> list[str]:
@@ -62,7 +73,9 @@ def axis_value_label(axis: str, value: object) -> str | None:
     """A label of one data axis value ("σ=0.030", "train EB1", "ρ=0.997"); None when
     the rows have none (NaN: another benchmark's axis)."""
     if isinstance(value, str):
-        return f"train {value}" if axis == "train_split" else f"{axis} {value}"
+        return AXIS_FORMATS.get(axis, f"{axis} {{value}}").format(value=value)
     if isinstance(value, float) and math.isfinite(value):
+        if axis in AXIS_FORMATS:
+            return AXIS_FORMATS[axis].format(value=f"{value:g}")
         return axis_label(AXIS_SYMBOLS.get(axis, axis), value)
     return None

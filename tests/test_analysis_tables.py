@@ -386,9 +386,9 @@ def test_german_without_erm_still_has_its_row() -> None:
 
 
 def test_every_published_row_has_a_value_in_each_column_of_its_spec() -> None:
-    from analysis.published import DIGITS_SIGMAS
     from analysis.specs import TABLE_SPECS, ColumnAxis
     from unbiased.benchmarks import BENCHMARKS
+    from unbiased.benchmarks.digits import PAPER_SIGMAS as DIGITS_SIGMAS
 
     assert list(TABLE_SPECS) == list(BENCHMARKS)  # one table per registered benchmark
     for spec in TABLE_SPECS.values():
@@ -471,3 +471,45 @@ def test_the_digits_spec_counts_the_training_digits_as_the_data_does() -> None:
     from unbiased.benchmarks.digits import TRAIN_ROWS as DIGITS_TRAIN_ROWS
 
     assert DIGITS_TRAIN_ROWS["mnist5k"] == MNIST5K_TRAIN_PER_CLASS * NUM_CLASSES
+
+
+def test_rows_without_sigma_are_grouped_by_their_own_data_axes() -> None:
+    """`sigma` is digits' axis, not a column of the contract: rows of other benchmarks may
+    lack it, and each group, front and label comes from the benchmark's own axes."""
+    from analysis.pareto import front_markdown, pareto_front
+    from analysis.results import validate
+
+    rows = []
+    for rho, base in ((0.997, 0.4), (0.999, 0.2)):
+        for seed in (0, 1):
+            for lam in (0.0, 1.0):
+                rows += trial(benchmark="biased_mnist", sigma=NAN, K=80, lam=lam, seed=seed,
+                              mi=1.0 - lam / 2, mi_eval=1.0 - lam / 2, rho=rho,
+                              test_acc=base + lam / 10 + seed / 100, biased_acc=0.9,
+                              trial_id=f"rho{rho}_lam{lam}_seed{seed}")
+    for split in ("EB1", "EB2"):
+        rows += trial(benchmark="imdb", sigma=NAN, K=40, lam=0.0, mi=1.0, train_split=split,
+                      acc_test=0.7, test_acc=0.7, acc_eb1=0.6, acc_eb2=0.6)
+    df = validate(frame(rows).drop(columns="sigma"))
+    assert "sigma" not in df.columns and df["rho"].dtype == "float64"
+    assert df["train_split"].dtype == object  # typed from the imdb presets' values
+    tidy, md = build_tables(df, final_rows(df))
+    erm = tidy[(tidy["benchmark"] == "biased_mnist") & (tidy["row"] == "ERM (λ=0)")]
+    assert sorted(erm["mean"].round(4)) == [0.205, 0.405]  # one cell per rho, 2 seeds each
+    assert "ρ=0.997" in md and "ρ=0.999" in md and "train EB1" in md
+    finals = final_rows(df)
+    front = pareto_front(finals[finals["benchmark"] == "biased_mnist"])
+    assert list(front.columns[:3]) == ["benchmark", "rho", "seed"]
+    assert len(front.groupby(["rho", "seed"])) == 4  # a study per (rho, seed)
+    assert set(front.loc[front["chosen"], "lam"]) == {1.0}
+    assert "## biased_mnist ρ=0.997 seed=0" in front_markdown(front, finals)
+
+
+def test_a_wrongly_typed_data_axis_is_one_line() -> None:
+    from analysis.results import ResultsError, validate
+
+    df = frame(trial(benchmark="imdb", sigma=NAN, K=40, lam=0.0, train_split="EB1"))
+    with pytest.raises(ResultsError, match="'train_split' has dtype float64, expected string"):
+        validate(df.assign(train_split=1.5))
+    with pytest.raises(ResultsError, match="column 'rho' has dtype .*, expected float"):
+        validate(df.assign(rho="high"))

@@ -174,7 +174,7 @@ SPEC = BenchmarkSpec(
     name="imdb", title="IMDB faces",
     description="IMDB faces grid (the paper's Table 2): train split {EB1, EB2} x lambda x K x "
                 "seed.",
-    presets=IMDB, data_axes=("train_split",),
+    presets=IMDB, data_axes=("train_split",), axis_labels={"train_split": "train {value}"},
     # weights_path: the file load resolved from `weights` (the trials never download).
     build_keys=("root", "arch", "image_size", "train_subset", "max_eval", "num_workers",
                 "weights_path"),

@@ -125,6 +125,9 @@ class BenchmarkSpec:
     `columns`: per-epoch result columns the benchmark reports beyond the generic ones
     (results.parquet keeps them, and the axes).
     `column_labels`: how table.md names each of `columns` (default: the column's name).
+    `axis_labels`: how table.md and the figures name a value of one of `data_axes`, a format of
+    `{value}` (default: "<symbol>=<value>" for a number, the symbol being its table's
+    ColumnAxis symbol or the axis name; "<axis> <value>" for text).
     `trade_off`: (metric, label) of one of `columns` the analysis draws per lambda beside test
     accuracy (figures/<name>_K<K>_<metric>.png; German: equality of opportunity).
     `summary`: the metrics the driver's closing summary shows.
@@ -147,6 +150,7 @@ class BenchmarkSpec:
     settings: type | None = None
     columns: tuple[str, ...] = ()
     column_labels: dict[str, str] = field(default_factory=dict)
+    axis_labels: dict[str, str] = field(default_factory=dict)
     trade_off: tuple[str, str] | None = None
     summary: tuple[str, ...] = ("train_acc", "test_acc")
     describe: Callable[[dict, dict], tuple[dict, list[str]]] | None = None
@@ -154,6 +158,15 @@ class BenchmarkSpec:
     def result_columns(self) -> tuple[str, ...]:
         """The columns results.parquet keeps for this benchmark: its metrics, then its axes."""
         return tuple(dict.fromkeys((*self.columns, *self.data_axes)))
+
+    def axis_kinds(self) -> dict[str, str]:
+        """Each data axis's results column kind: "string" where the presets list text for
+        it, else "float"."""
+        kinds = {}
+        for axis in self.data_axes:
+            values = [v for preset in self.presets.values() for v in preset.get(axis, ())]
+            kinds[axis] = "string" if any(isinstance(v, str) for v in values) else "float"
+        return kinds
 
 
 def build_device(config: dict) -> torch.device:
