@@ -12,12 +12,21 @@ ARGS ?=
 
 .PHONY: quick test test-fast test-integration test-system lint gpu-check clean-venv
 
+# torch pinned: these wheels are on local disk here; a bare range would fetch GBs. uv installs
+# what pip would (the highest version across pip's sources, tools/pip_sources.py) in a fifth of
+# pip's time (docs/MEASURED.md, "The test suite's time"); pip does it where uv cannot be had.
+REQUIREMENTS := torch==2.14.1 torchvision==0.29.1 -e '.[dev,mlflow,wandb]'
+UV_VERSION := 0.13.9
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# torch first and pinned: these wheels are on local disk here; a bare range would fetch GBs.
-	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install --quiet -e '.[dev,mlflow,wandb]'
+	if $(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); then \
+	  $(VENV)/bin/uv pip install --quiet --python $(PY) --index-strategy unsafe-best-match \
+	    $$($(PY) tools/pip_sources.py) $(REQUIREMENTS); \
+	else \
+	  echo "uv not installable: installing with pip"; \
+	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet $(REQUIREMENTS); \
+	fi
 	touch $@
 
 quick: $(VENV)/.installed

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from sweeps.core import bundle_points
+from sweeps.digits_grid import main as main_digits
 from tests.drivers import run_main
 
 SMALL = ["--width", "8", "--train-eval-rows", "500"]
@@ -64,17 +65,25 @@ def test_a_bundle_that_cannot_run_is_one_error_line(args, needle, tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.system  # trackers
-def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys, monkeypatch):
-    from sweeps.digits_grid import main
-    from tests.test_tracking import _trackers
+def test_a_bundled_sweep_writes_a_trial_per_point_and_logs_a_run_per_point(
+        ray_local, tmp_path, capsys, monkeypatch):
+    """Bundles beside plain trials (hsic's, and a bundle of one point), logged to MLflow's
+    local store and to W&B offline where its extra is installed: each grid point is a trial
+    in results.parquet and a run in each tracker, bundled or not."""
+    import shlex
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    from tests.test_tracking import _check_histories, _trackers, _trial_runs
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     trackers = _trackers()
     out = tmp_path / "digits"
-    rc = main(["--sigma", "0.03,0.045", "--lam", "0,1", "--method", "mi_backprop,hsic",
-               "--bundle", "3", "--inner-z", "batch", *TINY, "--tracker", trackers,
-               "--out", str(out)])
+    rc = main_digits(["--sigma", "0.03,0.045", "--lam", "0,1", "--method", "mi_backprop,hsic",
+                      "--bundle", "3", "--inner-z", "batch", *TINY, "--tracker", trackers,
+                      "--out", str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "6 trials" in printed and "4 Tune trials (--bundle 3)" in printed
@@ -93,30 +102,40 @@ def test_a_bundled_sweep_writes_a_trial_per_point(ray_local, tmp_path, capsys, m
     assert set(df["status"]) <= {"ok"} | {s for s in df["status"] if s.startswith("ok")}
     assert "lam=1.0 K=2 seed=0: epoch 2/2" in printed  # a progress line per member
     assert (out / "table.md").is_file()
-    # MLflow: a nested run per grid point, a member's histories its rows
-    from mlflow.tracking import MlflowClient
 
-    from sweeps.trackers.mlflow_runs import default_uri
-
-    client = MlflowClient(tracking_uri=default_uri(out))
-    experiment = client.get_experiment_by_name(out.resolve().name)
-    runs = [r for r in client.search_runs([experiment.experiment_id])
-            if "mlflow.parentRunId" in r.data.tags]
-    assert {r.data.tags["trial_id"] for r in runs} == set(df["trial_id"])
-    for run in runs:
-        rows = df[df["trial_id"] == run.data.tags["trial_id"]].sort_values("epoch")
-        assert run.data.tags["lam"] == str(rows["lam"].iloc[0])
-        history = sorted(client.get_metric_history(run.info.run_id, "test_acc"),
-                         key=lambda m: m.step)
-        assert [(m.step, m.value) for m in history] == list(zip(rows["epoch"],
-                                                                rows["test_acc"],
-                                                                strict=True))
-        assert run.data.tags["selected_epoch"] == str(int(rows.loc[rows["selected"],
-                                                                   "epoch"].iloc[0]))
+    # The last lines say how to look at the sweep, with commands that work on OUT as written.
+    lines = printed.strip().splitlines()
     if "wandb" in trackers:  # W&B: an offline run per grid point, its histories its rows
-        from tests.test_wandb import check_runs, runs_of
+        from tests.test_wandb import check_offline_runs
 
-        check_runs(runs_of(out), df)
+        wandb_line = lines.pop()
+        assert wandb_line.startswith(f"W&B: offline runs in {out / 'wandb'}; upload: wandb sync ")
+        check_offline_runs(out, df)
+    tensorboard, ui = lines[-2:]
+    logdir = Path(shlex.split(tensorboard.split(": ", 1)[1])[-1])
+    assert tensorboard.startswith("TensorBoard: tensorboard --logdir ")
+    assert any(logdir.rglob("events.out.tfevents.*"))  # Tune's event files, not /tmp/ray
+    assert ui.startswith("MLflow: mlflow ui --backend-store-uri ")
+
+    # MLflow: a nested run per grid point, its histories, tags and params its trial's
+    client = MlflowClient(tracking_uri=shlex.split(ui)[-1])
+    parent, runs = _trial_runs(client, out)
+    assert len(runs) == df["trial_id"].nunique()
+    _check_histories(client, runs, df)
+    for run in runs:
+        tags, params = run.data.tags, run.data.params
+        rows = df[df["trial_id"] == tags["trial_id"]]
+        assert float(tags["lam"]) == rows["lam"].iloc[0] == float(params["lam"])
+        assert tags["method"] == rows["method"].iloc[0]
+        assert float(tags["sigma"]) == rows["sigma"].iloc[0]
+        assert tags["seed"] == "0" and params["epochs"] == "2"
+        assert params["batch_size"] == "256"  # the whole flat config, not only the point
+        assert int(tags["selected_epoch"]) == int(rows.loc[rows["selected"], "epoch"].iloc[0])
+        assert run.info.status == "FINISHED"
+    names = {a.path for a in client.list_artifacts(parent)}
+    assert {"results.parquet", "table.md", "table.parquet", "figures"} <= names
+    assert client.list_artifacts(parent, "figures")
+    assert client.get_run(parent).info.status == "FINISHED"
 
 
 @pytest.mark.ray

@@ -119,18 +119,19 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path)
 
 
 @pytest.mark.system
-def test_a_stopped_grid_leaves_nothing_behind_and_resumes_in_order_with_the_rows_taken_over(
+def test_a_grid_stopped_by_ctrl_c_leaves_nothing_behind_and_resumes_in_order(
         ray_local, tmp_path):
-    # One trial at a time (2 CPUs each), lam 0 seed 0 taken over from rows (--done), SIGTERM
-    # to the driver during the first trial that runs: the stop leaves no process and says how
-    # to resume (test_reliability.py: check_stopped). The resumed run keeps the rows it took
-    # over and finishes the rest in the grid's order (seed by seed), not in the order Tune
-    # saved them. The resume runs in this process, on the session's Ray.
+    # One trial at a time (2 CPUs each), lam 0 seed 0 taken over from rows (--done), Ctrl-C
+    # (SIGINT to the driver) during the first trial that runs, four not started: the stop
+    # leaves no process and says how to resume (test_reliability.py: check_stopped; a
+    # SIGTERM to the driver's whole group: test_group_signal.py). The resumed run keeps the
+    # rows it took over and finishes the rest in the grid's order (seed by seed), not in the
+    # order Tune saved them. The resume runs in this process, on the session's Ray.
     out = tmp_path / "out"
     args = [*GRID, "--seeds", "0,1,2", "--cpus-per-trial", "2", "--out", str(out)]
     done = _rows(tmp_path / "e.csv", [1, 2])
-    stopped = stop_driver([*args, "--done", str(done)], signal.SIGTERM, "epoch 1/2")
-    check_stopped(stopped, signal.SIGTERM, out)
+    stopped = stop_driver([*args, "--done", str(done)], signal.SIGINT, "epoch 1/2")
+    check_stopped(stopped, signal.SIGINT, out)
 
     resumed = _in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]

@@ -54,13 +54,13 @@ def test_on_cpu_the_option_says_why_and_changes_no_number(grey_digits, capsys):
     assert algo.theta_steps == -(-300 // 64)  # counted once a step, outside the step itself
 
 
-def test_a_trial_reports_graphed_each_epoch(grey_digits):
+def test_a_trial_reports_graphed_each_epoch(tiny_digits):
     config = {"sigma": 0.03, "seed": 0, "epochs": 2, "device": "cpu", "num_threads": 1,
               "mi_eval_steps": 10, **SMALL, "cuda_graphs": True}
-    trial = run_recorded("digits", config, digits=grey_digits)
+    trial = run_recorded("digits", config, digits=tiny_digits)
     assert trial.error is None
     assert list(trial.reports["graphed"]) == [False, False]
-    plain = run_recorded("digits", {**config, "cuda_graphs": False}, digits=grey_digits)
+    plain = run_recorded("digits", {**config, "cuda_graphs": False}, digits=tiny_digits)
     assert "graphed" not in plain.reports
     assert plain.reports["test_acc"].equals(trial.reports["test_acc"])
 

@@ -1,8 +1,9 @@
 """A SIGTERM to the driver's whole process group (`timeout`, a batch
 scheduler's cancel, `kill -- -PGID`) stops a local sweep as one to the driver alone does: the
-state saved, the `--resume` line, exit 143, no Ray process left; and the line resumes it. A
-SIGKILL to the group leaves no Ray process either (checked on test_reliability.py's killed
-sweep: `check_no_ray_left_after_sigkill`)."""
+state saved, the `--resume` line, exit 143, no Ray process left; and the line resumes it,
+logging to the trackers the sweep was started with (a real `mlflow server`, W&B offline),
+into the same runs. A SIGKILL to the group leaves no Ray process either (checked on
+test_reliability.py's killed sweep: `check_no_ray_left_after_sigkill`)."""
 
 from __future__ import annotations
 
@@ -36,11 +37,11 @@ ARGS = ["--sigma", "0.03", "--lam", "0,1", "--K", "2", "--epochs", "3", "--mi-ev
 STOP_S, STOP_LOADED_S = 15, 30
 
 
-def _start(out: Path, stderr: Path) -> subprocess.Popen:
+def _start(out: Path, stderr: Path, *more: str) -> subprocess.Popen:
     """The driver in a session (and process group) of its own, as a shell's job."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with stderr.open("w") as err:
-        return subprocess.Popen([sys.executable, str(DRIVER), *ARGS, "--out", str(out)],
+        return subprocess.Popen([sys.executable, str(DRIVER), *ARGS, *more, "--out", str(out)],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err,
                                 text=True, start_new_session=True)
 
@@ -88,43 +89,73 @@ def _left(ray: dict[int, str], session: str, wait_s: float = 15) -> list[int]:
         time.sleep(0.5)
 
 
-def test_sigterm_to_the_process_group_saves_stops_and_resumes(tmp_path):
-    out, stderr = tmp_path / "out", tmp_path / "stderr"
-    proc = _start(out, stderr)
-    try:
-        ray, session = _ray_of(proc)
-        loaded = os.getloadavg()[0] > (os.cpu_count() or 1)
-        start = time.time()
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.stdout.read()
-        proc.wait(timeout=120)
-        took = time.time() - start
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    err = stderr.read_text()
-    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
-    assert took < (STOP_LOADED_S if loaded else STOP_S), f"{took:.1f} s to stop"
-    assert "Failed to connect to GCS" not in err and "Traceback" not in err, err[-3000:]
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("stopped by SIGTERM") and last.endswith("--resume"), last
-    assert not _left(ray, session), "processes of the sweep's Ray still running"
-    assert not (out / "results.parquet").exists()
+def test_sigterm_to_the_process_group_saves_stops_and_resumes_into_the_same_tracker_runs(
+        tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
 
-    # The line it printed continues the sweep.
-    command = shlex.split(last.split("Continue with: python ", 1)[1])
-    resumed = subprocess.Popen([sys.executable, *command], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    stdout, stderr_text = resumed.communicate(timeout=900)
-    assert resumed.returncode == 0, stdout[-2000:] + stderr_text[-2000:]
-    assert "resuming " in stdout, stdout[-2000:]
-    # The resumed run's Ray is gone too.
-    sessions = [str(d) for d in driver_sessions(ray_temp_dir(), resumed.pid)]
-    assert sessions and not any(_left({}, d) for d in sessions), sessions
-    df = pd.read_parquet(out / "results.parquet")
-    epochs = df.groupby("trial_id")["epoch"].apply(lambda e: tuple(sorted(e)))
-    assert len(epochs) == 2 and all(e == (1, 2, 3) for e in epochs), epochs
+    from tests.test_tracking import _check_histories, _mlflow_server, _trackers, _trial_runs
+
+    trackers = _trackers()
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the drivers below inherit it
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out, stderr = tmp_path / "out", tmp_path / "stderr"
+    with _mlflow_server(tmp_path) as uri:
+        proc = _start(out, stderr, "--tracker", trackers, "--tracking-uri", uri)
+        try:
+            ray, session = _ray_of(proc)
+            loaded = os.getloadavg()[0] > (os.cpu_count() or 1)
+            start = time.time()
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.stdout.read()
+            proc.wait(timeout=120)
+            took = time.time() - start
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        err = stderr.read_text()
+        assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+        assert took < (STOP_LOADED_S if loaded else STOP_S), f"{took:.1f} s to stop"
+        assert "Failed to connect to GCS" not in err and "Traceback" not in err, err[-3000:]
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("stopped by SIGTERM") and last.endswith("--resume"), last
+        assert not _left(ray, session), "processes of the sweep's Ray still running"
+        assert not (out / "results.parquet").exists()
+
+        # The line it printed continues the sweep; without its --tracker and --tracking-uri
+        # too, as the sweep logs where it was started (OUT/mlflow.json, wandb.json).
+        command = shlex.split(last.split("Continue with: python ", 1)[1])
+        for flag in ("--tracker", "--tracking-uri"):
+            at = command.index(flag)
+            del command[at:at + 2]
+        resumed = subprocess.Popen([sys.executable, *command], cwd=ROOT, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        stdout, stderr_text = resumed.communicate(timeout=900)
+        assert resumed.returncode == 0, stdout[-2000:] + stderr_text[-2000:]
+        assert "resuming " in stdout, stdout[-2000:]
+        # The resumed run's Ray is gone too.
+        sessions = [str(d) for d in driver_sessions(ray_temp_dir(), resumed.pid)]
+        assert sessions and not any(_left({}, d) for d in sessions), sessions
+        df = pd.read_parquet(out / "results.parquet")
+        epochs = df.groupby("trial_id")["epoch"].apply(lambda e: tuple(sorted(e)))
+        assert len(epochs) == 2 and all(e == (1, 2, 3) for e in epochs), epochs
+
+        assert "resume: logging to MLflow" in stdout
+        if "wandb" in trackers:
+            from tests.test_wandb import check_runs, runs_of
+
+            assert "resume: logging to W&B project" in stdout
+            runs = runs_of(out)
+            assert len([r for r in runs if not r.endswith("-summary")]) == 2  # the same ids
+            check_runs(runs, df)
+        assert not (out / "mlflow.db").exists()  # everything went to the server
+        assert stdout.strip().splitlines()[-1 - (trackers != "mlflow")] == (
+            f"MLflow: {uri}, experiment {out.name!r}")
+        client = MlflowClient(tracking_uri=uri)
+        parent, trials = _trial_runs(client, out)
+        assert len(trials) == 2  # the runs of the first start, continued: no duplicates
+        _check_histories(client, trials, df, timings=False)
+        assert "table.md" in {a.path for a in client.list_artifacts(parent)}
 
 
 def check_no_ray_left_after_sigkill(ray: dict[int, str], session: str, killed: float,

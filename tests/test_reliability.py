@@ -377,18 +377,9 @@ def test_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_tr
     assert (out / "table.md").exists()
 
 
-# -- a driver stopped by SIGTERM or Ctrl-C takes its trials and its Ray with it -------------
-
-@pytest.mark.system
-@pytest.mark.ray
-def test_a_sweep_stopped_by_ctrl_c_leaves_no_process_behind_and_says_how_to_resume(tmp_path):
-    # SIGTERM to the driver: test_done.py's stopped grid, which resumes it; to its process
-    # group: test_group_signal.py.
-    out = tmp_path / "out"
-    # 4 trials on 2 CPUs: two have not started when the signal comes
-    args = [*TINY, "--lam", "0,1,2,3", "--epochs", "50", "--out", str(out)]
-    check_stopped(stop_driver(args, signal.SIGINT, "epoch 1/50"), signal.SIGINT, out)
-
+# -- a driver stopped by Ctrl-C (test_done.py's stopped grid, which resumes it) or a SIGTERM to
+# its process group (test_group_signal.py) takes its trials and its Ray with it; the checks
+# are stop_driver and check_stopped above.
 
 def test_waiting_trials_start_in_the_grids_order_whatever_order_tune_lists_them():
     from types import SimpleNamespace

@@ -25,14 +25,16 @@ INDEX = "https://download.pytorch.org/whl/"
 
 def _makefile_pins(text: str) -> tuple[dict[str, str], list[str]]:
     lines = [line for line in text.splitlines()
-             if "pip install" in line and re.search(r"\btorch==", line)]
+             if line.startswith("REQUIREMENTS :=") and re.search(r"\btorch==", line)]
     if len(lines) != 1:
-        return {}, [f"Makefile: expected one pip line pinning torch, found {len(lines)}"]
+        return {}, [f"Makefile: expected one REQUIREMENTS line pinning torch, found "
+                    f"{len(lines)}"]
     pins, problems = {}, []
     for pkg in PACKAGES:
         found = re.findall(rf"\b{pkg}==(\S+)", lines[0])
         if len(found) != 1:
-            problems.append(f"Makefile: {pkg} pinned {len(found)} times on its pip line")
+            problems.append(f"Makefile: {pkg} pinned {len(found)} times on its REQUIREMENTS "
+                            "line")
         else:
             pins[pkg] = found[0]
     return pins, problems
