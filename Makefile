@@ -13,15 +13,18 @@ ARGS ?=
 .PHONY: quick test test-fast test-integration test-system lint gpu-check clean-venv
 
 # torch pinned: these wheels are on local disk here; a bare range would fetch GBs. uv installs
-# what pip would (the highest version across pip's sources, tools/pip_sources.py) in a fifth of
+# what pip would (the highest version across pip's sources, tools/pip_sources.py) in 40% of
 # pip's time (docs/MEASURED.md, "The test suite's time"); pip does it where uv cannot be had.
+# Compiled as pip does: where PYTHONDONTWRITEBYTECODE is set (CI), every process would
+# otherwise compile torch and Ray again at each import (the suite took 1.5x as long).
 REQUIREMENTS := torch==2.14.1 torchvision==0.29.1 -e '.[dev,mlflow,wandb]'
 UV_VERSION := 0.13.9
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	if $(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); then \
-	  $(VENV)/bin/uv pip install --quiet --python $(PY) --index-strategy unsafe-best-match \
+	  $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
+	    --index-strategy unsafe-best-match \
 	    $$($(PY) tools/pip_sources.py) $(REQUIREMENTS); \
 	else \
 	  echo "uv not installable: installing with pip"; \

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeps.common import storage_uri_problem
+from sweeps.common import ray_job_address, storage_uri_problem
 from unbiased.benchmarks.spec import BenchmarkSpec  # nothing heavy (no torch)
 from unbiased.method_catalogue import DEFAULT_METHOD, methods_help
 from unbiased.settings import TrialSettings, bounds
@@ -275,7 +275,8 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                        "lambdas that do not fit the training data anyway (MI alone would "
                        "reward trials that learn nothing)")
     run.add_argument("--address", help="Ray cluster to join ('auto' on a cluster head); "
-                                       "default: start a local Ray")
+                                       "default: the cluster of the Ray job the sweep runs "
+                                       "as (`ray job submit`), else a local Ray of its own")
     run.add_argument("--storage-path",
                      help="where Tune keeps trial state (shared storage or s3:// URI on a "
                           "multi-node cluster; the sweep goes to STORAGE/<name of OUT>/); "
@@ -461,11 +462,12 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
                      "trial: use --scheduler fifo, or leave out --bundle")
     out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
-    check_storage_flags(parser, ns, storage, out)
+    address = ns.address or ray_job_address()
+    check_storage_flags(parser, ns, address, storage, out)
     return SweepArgs(benchmark=benchmark, preset=ns.preset, values=values, out=out,
-                     address=ns.address, storage_path=storage, resume=ns.resume,
+                     address=address, storage_path=storage, resume=ns.resume,
                      max_failures=(ns.max_failures if ns.max_failures is not None else
-                                   MAX_FAILURES_CLUSTER if ns.address else MAX_FAILURES_LOCAL),
+                                   MAX_FAILURES_CLUSTER if address else MAX_FAILURES_LOCAL),
                      overwrite=ns.overwrite, dry_run=ns.dry_run, done=done,
                      bundle=bundle, tracker=ns.tracker,
                      wandb_project=ns.wandb_project,
@@ -473,15 +475,16 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
 
 
 def check_storage_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace,
-                        storage: str | None, out: Path) -> None:
-    """Trial state every node can reach: on a cluster (--address) a storage URI, or a path
-    --shared-storage says every node mounts; a URI of a known form."""
+                        address: str | None, storage: str | None, out: Path) -> None:
+    """Trial state every node can reach: on a cluster (--address, or a Ray job's) a storage
+    URI, or a path --shared-storage says every node mounts; a URI of a known form."""
     if storage is not None and (problem := storage_uri_problem(storage)):
         parser.error(f"argument --storage-path: {storage}: {problem}")
-    if ns.address and (storage is None or "://" not in storage) and not ns.shared_storage:
+    if address and (storage is None or "://" not in storage) and not ns.shared_storage:
         where = storage or f"{out / 'tune'} (the default)"
+        cluster = "--address cluster" if ns.address else "Ray job's cluster"
         parser.error(f"argument --storage-path: {where} is a directory of this machine, and "
-                     f"the trials of the --address cluster may run on nodes that cannot see "
+                     f"the trials of the {cluster} may run on nodes that cannot see "
                      f"it: give a storage URI (s3://BUCKET/PATH; cluster.yaml sets "
                      f"{STORAGE_ENV}), or --shared-storage if every node mounts it")
 

@@ -4,6 +4,7 @@ trial's flat config."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 POINT_KEY = "point"  # sweeps/core.py puts each trial's grid point under this config key
@@ -28,6 +29,19 @@ def flat_config(config: dict) -> dict:
 # The storage URI schemes Tune writes to through pyarrow, and those that name a bucket.
 STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
 BUCKET_SCHEMES = ("s3", "gs", "gcs")
+
+
+# Set by Ray's job supervisor for the entrypoint of a `ray job submit` (with RAY_ADDRESS, the
+# cluster's GCS): the job's runtime environment (its uploaded working directory) that every
+# trial must run in.
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def ray_job_address() -> str | None:
+    """The cluster a sweep started by `ray job submit` runs on; None outside a Ray job."""
+    if os.environ.get(RAY_JOB_ENV) and os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    return None
 
 
 def storage_uri_problem(path: str) -> str | None:

@@ -29,7 +29,7 @@ from sweeps.cli import (  # noqa: E402
     check_tracker_flags,
     tracker_flags,
 )
-from sweeps.common import SweepError, fail  # noqa: E402
+from sweeps.common import SweepError, fail, ray_job_address  # noqa: E402
 from sweeps.core import GridSpec, has_key, run_points  # noqa: E402
 from sweeps.outputs import EXPERIMENT_FILE  # noqa: E402
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     label = str(source)
     args = SweepArgs(
         benchmark=record["benchmark"], preset=record["preset"], values=values, out=out,
-        address=ns.address,
+        address=ns.address or ray_job_address(),
         storage_path=ns.storage_path or os.environ.get(STORAGE_ENV) or None,
         resume=ns.resume, overwrite=ns.overwrite, tracker=ns.tracker,
         tracking_uri=ns.tracking_uri, wandb_project=ns.wandb_project,

@@ -69,38 +69,74 @@ def test_a_bucket_that_cannot_be_reached_is_one_error_line_before_ray(tmp_path):
 
 
 @pytest.mark.ray
-def test_the_outputs_outlive_the_machine_and_a_resume_rebuilds_them(ray_local, tmp_path):
-    """Outputs copied under the storage path (here a file:// URI, through pyarrow as S3 is):
-    with the machine's OUT gone (a head after `ray down`), --resume rebuilds them from Tune's
-    state in the storage alone."""
+@pytest.mark.system  # a server, a signal
+def test_a_sweep_on_s3_stopped_by_sigterm_resumes_from_the_bucket_alone(tmp_path):
+    """Tune's state and checkpoints in a bucket of a real S3 API (tests/s3.py). A sweep
+    stopped by SIGTERM mid-trial, with the machine's OUT then gone (a head after `ray down`),
+    resumes from the bucket alone: each trial goes on from its checkpoint, read back from the
+    bucket; every epoch is reported once; the outputs land in the bucket as well."""
+    import re
+    import shutil
+    import signal
+    import time
+
     import pandas as pd
 
     from tests.conftest import SMALL_NET
+    from tests.s3 import BUCKET, s3_server
 
     out = tmp_path / "head" / "sweep"
-    args = ["--sigma", "0.03", "--seeds", "0", "--lam", "0,1", "--K", "2", "--epochs", "1",
-            "--batch-size", "256", "--mi-eval-steps", "20", "--device", "cpu", *SMALL_NET,
-            "--storage-path", f"file://{tmp_path / 'bucket'}", "--out", str(out)]
-    ran = run_main("digits_grid", *args)
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    kept = tmp_path / "bucket" / "sweep" / "outputs"
-    assert f"and copied them to file://{kept}" in ran.stdout
-    for name in ("results.parquet", "table.md", "table.parquet", "table.tex",
-                 "experiment.json"):
-        assert (kept / name).read_bytes() == (out / name).read_bytes(), name
-    assert list((kept / "figures").glob("*.png"))
-    before = pd.read_parquet(out / "results.parquet")
+    args = [str(ROOT / "sweeps" / "digits_grid.py"), "--sigma", "0.03", "--seeds", "0",
+            "--lam", "0,1", "--K", "2", "--epochs", "4", "--batch-size", "256",
+            "--mi-eval-steps", "20", "--device", "cpu", *SMALL_NET,
+            "--storage-path", f"s3://{BUCKET}/runs", "--out", str(out)]
+    with s3_server(tmp_path) as s3:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RAY_ADDRESS", "UNBIASED_STORAGE_PATH")}
+        env.update(s3.env, PYTHONUNBUFFERED="1")
+        driver = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        seen, started = [], set()
+        try:
+            deadline = time.time() + 300
+            for line in driver.stdout:  # both trials past their first checkpoint
+                seen.append(line)
+                started |= set(re.findall(r"lam=(\S+) K=2 seed=0: epoch 1/4", line))
+                if len(started) == 2:
+                    break
+                assert time.time() < deadline, "".join(seen[-20:])
+            driver.send_signal(signal.SIGTERM)
+            seen.append(driver.stdout.read())
+            driver.wait(timeout=120)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait()
+        assert driver.returncode == 128 + signal.SIGTERM, "".join(seen)[-3000:]
+        experiment = f"runs/{out.name}/digits_grid"
+        saved = {k.split("/")[3] for k in s3.keys(experiment) if "/checkpoint_" in k}
+        assert len(saved) == 2, s3.keys(experiment)
+        shutil.rmtree(tmp_path / "head", ignore_errors=True)  # the head's disk, gone
+        assert not out.exists()
+        read_before = len(s3.requests("GET", "/checkpoint_"))
 
-    import shutil
-
-    shutil.rmtree(tmp_path / "head")  # the head's disk, gone with `ray down`
-    resumed = run_main("digits_grid", *args, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    after = pd.read_parquet(out / "results.parquet")
-    cols = ["trial_id", "epoch", "lam", "test_acc", "mi"]
-    assert after[cols].sort_values("trial_id").reset_index(drop=True).equals(
-        before[cols].sort_values("trial_id").reset_index(drop=True))
-    assert (out / "table.md").is_file()
+        resumed = subprocess.run([sys.executable, *args, "--resume"], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+        assert len(s3.requests("GET", "/checkpoint_")) > read_before  # read from the bucket
+        df = pd.read_parquet(out / "results.parquet")
+        epochs = df.groupby("trial_id")["epoch"].apply(lambda e: tuple(sorted(e)))
+        assert len(epochs) == 2 and all(e == (1, 2, 3, 4) for e in epochs), epochs
+        # went on from a checkpoint, not afresh (a trial may have ended within the stop)
+        assert (df.groupby("trial_id")["start_epoch"].max() > 1).any()
+        kept = {k.split("/outputs/", 1)[1] for k in s3.keys(f"runs/{out.name}/outputs")}
+        assert {"results.parquet", "table.md", "table.parquet", "table.tex",
+                "experiment.json"} <= kept
+        assert any(k.startswith("figures/") for k in kept)
+        copied = s3.filesystem().open_input_file(f"{BUCKET}/runs/{out.name}/outputs/"
+                                                 "results.parquet").read()
+        assert copied == (out / "results.parquet").read_bytes()
 
 
 @pytest.mark.parametrize("flags, expected", [
