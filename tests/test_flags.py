@@ -39,6 +39,8 @@ CHANGED = {
     ("*", "*"): {"default_note"},
     ("*", "--method"): {"help"},
     ("*", "--lam-of"): {"help"},
+    # --address's help says a sweep started as a Ray job joins the job's cluster.
+    ("*", "--address"): {"help"},
 }
 
 

@@ -150,3 +150,27 @@ def test_a_clusters_trials_get_more_restarts_than_a_local_sweeps(flags, expected
 
     parser = build_parser(GRID.prog, GRID.description, DIGITS, **GRID.parser_options)
     assert resolve(parser, "digits", DIGITS, flags).max_failures == expected
+
+
+def test_a_sweep_started_as_a_ray_job_joins_the_jobs_cluster_under_its_storage_rule(
+        tmp_path, monkeypatch):
+    """`ray job submit ... -- python sweeps/digits_grid.py ...`: Ray's job supervisor gives
+    the entrypoint the job's config and the cluster's address; the sweep joins that cluster
+    (its trials then run in the job's uploaded working directory) as with --address."""
+    from sweeps.cli import build_parser, resolve
+    from sweeps.digits_grid import GRID
+    from sweeps.presets import DIGITS
+
+    parser = build_parser(GRID.prog, GRID.description, DIGITS, **GRID.parser_options)
+    assert resolve(parser, "digits", DIGITS, []).address is None  # not a job: a local Ray
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"runtime_env": {}}')
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    job = resolve(parser, "digits", DIGITS, ["--storage-path", "s3://bucket/run"])
+    assert job.address == "10.0.0.1:6379" and job.max_failures == 10
+    assert resolve(parser, "digits", DIGITS, ["--address", "auto", "--shared-storage"]
+                   ).address == "auto"  # an explicit --address wins
+    out = tmp_path / "out"
+    ran = run_main("digits_grid", "--out", str(out))
+    assert ran.returncode == 2 and not out.exists()
+    last = ran.stderr.strip().splitlines()[-1]
+    assert "the trials of the Ray job's cluster may run on nodes that cannot see it" in last
