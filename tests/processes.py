@@ -3,7 +3,15 @@ their own, so neither a process group nor `ray stop` finds them all; their paren
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server a test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def descendants(pid: int) -> dict[int, str]:

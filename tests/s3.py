@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
+
+from tests.processes import free_port
 
 BUCKET = "unbiased-test"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the server colours some status lines
@@ -50,16 +51,10 @@ class S3:
                 if f'"{method} /{BUCKET}' in line and needle in line.split(" HTTP/")[0]]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def s3_server(where: Path) -> Iterator[S3]:
     """moto_server on a free local port with the bucket BUCKET made, until the block ends."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = where / "s3_requests.log"
     with log.open("w") as out:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from tests.conftest import SMALL_NET  # noqa: E402
 from tests.drivers import run_main  # noqa: E402
+from tests.processes import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
@@ -82,16 +82,10 @@ def _trackers() -> str:
     return "mlflow,wandb"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def _mlflow_server(tmp_path: Path) -> Iterator[str]:
     """A real `mlflow server` on a free local port: its URI, once it answers."""
-    port = _free_port()
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
