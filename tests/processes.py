@@ -3,8 +3,22 @@ their own, so neither a process group nor `ray stop` finds them all; their paren
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 from pathlib import Path
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM a server's process group (it was started in a session of its own), SIGKILL
+    it after `grace_s`."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=grace_s)
 
 
 def free_port() -> int:

@@ -4,9 +4,7 @@ and the drivers' storage checks) read it. Its request log shows what was read an
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from tests.processes import free_port
+from tests.processes import free_port, stop_group
 
 BUCKET = "unbiased-test"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the server colours some status lines
@@ -76,9 +74,4 @@ def s3_server(where: Path) -> Iterator[S3]:
                   "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                   "AWS_EC2_METADATA_DISABLED": "true"}, log)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=20)
+        stop_group(server, grace_s=20)

@@ -7,7 +7,6 @@ SIGTERM resumes into the same runs)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from tests.conftest import SMALL_NET  # noqa: E402
 from tests.drivers import run_main  # noqa: E402
-from tests.processes import free_port  # noqa: E402
+from tests.processes import free_port, stop_group  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
@@ -107,12 +106,7 @@ def _mlflow_server(tmp_path: Path) -> Iterator[str]:
             time.sleep(1)
         yield uri
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+        stop_group(server)
 
 
 @pytest.mark.parametrize("module, trackers, message", [
