@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.results import MI_METHOD, critic_warning
-from analysis.specs import present_axes
+from analysis.specs import valued_axes
 
 CRITIC_AXES = ("mine_standardize", "mi_guard")
 # (standardize, guard) -> name, in the order the table lists them.
@@ -61,11 +61,6 @@ def ablation_axis(df: pd.DataFrame) -> str | None:
     return None
 
 
-def _data_axes(rows: pd.DataFrame) -> list[str]:
-    """The registered data axes the trials have a value of (their benchmark's)."""
-    return [a for a in present_axes(rows.columns) if rows[a].notna().any()]
-
-
 def _axis_value(value: object, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
@@ -91,7 +86,7 @@ def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
     """One row per trial: its grid point, the reported epoch's numbers, its best test
     accuracy over epochs, whether its own critic ran away, its minutes."""
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
-    data_axes = _data_axes(rows)
+    data_axes = valued_axes(rows)
     out = []
     for trial_id, trial in rows.groupby("trial_id"):
         trial = trial.sort_values("epoch")
@@ -131,7 +126,7 @@ def ablation_section(df: pd.DataFrame, axis: str, bench: str) -> str:
             "'Own critic ran away': trials whose own DV estimate fell below -5 nats. "
             "Minutes: a trial's wall time as it ran (two trials side by side on the machine "
             "that ran it).")
-    data_axes = _data_axes(_trained(df))
+    data_axes = valued_axes(_trained(df))
     lines = [f"## Ablation over {what}", "", note, "",
              "| " + "".join(f"{a} | " for a in data_axes) +
              f"lambda | {'critic' if axis == 'critic' else 'K'} | seeds | test acc | "
@@ -156,7 +151,7 @@ def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
     from analysis.figures import _colors, _new_figure
 
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
-    data_axes = _data_axes(rows)
+    data_axes = valued_axes(rows)
     panels = [(point if isinstance(point, tuple) else (point,), at)
               for point, at in rows.groupby([*data_axes, "lam"], sort=True)]
     values = _order(axis, set(rows["value"]))

@@ -18,7 +18,7 @@ import pandas as pd
 from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.results import excluded_mask
 from analysis.selection import LowestMI, SelectionRule
-from analysis.specs import data_labels, present_axes
+from analysis.specs import data_labels, valued_axes
 
 OBJECTIVES: tuple[tuple[str, str], ...] = (("mi_eval", "min"), ("train_acc", "max"))
 # A study is one (benchmark, each data axis the rows have, seed).
@@ -44,8 +44,7 @@ def pareto_mask(frame: pd.DataFrame,
 
 def _study_key(frame: pd.DataFrame) -> list[str]:
     """benchmark, each data axis the rows have a value of, seed."""
-    axes = [a for a in present_axes(frame.columns) if frame[a].notna().any()]
-    return [k for k in ("benchmark", *axes, "seed") if k in frame.columns]
+    return [k for k in ("benchmark", *valued_axes(frame), "seed") if k in frame.columns]
 
 
 def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.DataFrame:

@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import pandas as pd
+
 from unbiased.benchmarks import all_specs
 from unbiased.benchmarks.spec import Column, ColumnAxis, Protocol, TableSpec
 
 __all__ = ["AXIS_FORMATS", "AXIS_KINDS", "AXIS_SYMBOLS", "BENCHMARK_METRICS", "DATA_AXES",
            "METRIC_LABELS", "TABLE_SPECS", "TRADE_OFFS", "Column", "ColumnAxis", "Protocol",
-           "TableSpec", "axis_label", "axis_value_label", "data_labels", "present_axes"]
+           "TableSpec", "axis_label", "axis_value_label", "data_labels", "present_axes",
+           "valued_axes"]
 
 
 def axis_label(symbol: str, value: float) -> str:
@@ -60,6 +63,12 @@ def present_axes(columns: object) -> list[str]:
     """The registry's data axes among `columns` (a frame's columns, a mapping's keys), in
     the registry's order."""
     return [axis for axis in DATA_AXES if axis in columns]  # type: ignore[operator]
+
+
+def valued_axes(frame: pd.DataFrame) -> list[str]:
+    """The registry's data axes `frame` has a value of somewhere (its benchmarks' axes; a
+    column of another benchmark's axis, all NaN here, left out)."""
+    return [axis for axis in present_axes(frame.columns) if frame[axis].notna().any()]
 
 
 def data_labels(values: Mapping[str, object]) -> list[str]:

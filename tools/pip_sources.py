@@ -3,12 +3,12 @@
 uv reads neither pip.conf nor PIP_* variables. Where pip is set up to find wheels on local
 disk (find-links, extra indexes, a constraints file capping torch to the local release), uv
 handed nothing would resolve against PyPI alone and could download gigabytes; handed these,
-it resolves what pip would. Printed as one shell-quoted line; empty where pip has none.
+it resolves what pip would. Printed as one line for the shell to split, as pip splits these
+settings on whitespace; empty where pip has none.
 """
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 import sys
 
@@ -38,7 +38,7 @@ def uv_flags(config_list: str) -> list[str]:
 def main() -> int:
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
                             capture_output=True, text=True, check=False).stdout
-    print(shlex.join(uv_flags(listed)))
+    print(" ".join(uv_flags(listed)))
     return 0
 
 
