@@ -112,6 +112,28 @@ def ask_tune_to_stop() -> None:
     signal.raise_signal(STOP_SIGNAL)
 
 
+# -- Tune's usage tags -------------------------------------------------------------------------
+
+def skip_callback_usage_tags() -> bool:
+    """Where Ray's usage statistics are off (the sweeps' default, sweeps/ray_init.py), leave out
+    Tune's count of the run's callbacks by class: `ray.tune.tune.run` calls
+    `ray.air._internal.usage.tag_callbacks`, which imports the MLflow, W&B, Comet and Aim
+    integrations to compare classes, for a tag that is then never sent. MLflow's import alone
+    was ~3 s of CPU at every sweep's start (docs/MEASURED.md, "The test suite's time").
+    Returns whether it was left out."""
+    from ray._common.usage.usage_lib import usage_stats_enabled
+    from ray.air._internal import usage as air_usage
+
+    if usage_stats_enabled():
+        return False
+    air_usage.tag_callbacks = _no_callback_tags
+    return True
+
+
+def _no_callback_tags(callbacks) -> bool:
+    return False  # tag_callbacks' "no usage recorded"
+
+
 # Tune's warning, when results are read, for each trial that has none yet (a resumed or a
 # stopped grid): ray.tune.analysis.experiment_analysis's module logger, this text.
 UNSTARTED_LOGGER = "ray.tune.analysis.experiment_analysis"

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable
 
+from sweeps import ray_private
 from sweeps.cli import SweepArgs
 from sweeps.common import SweepError, flat_config
 from sweeps.outputs import storage_dir
@@ -29,6 +30,7 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     (lambda_search.py); grids leave them at None/1."""
     from ray import tune
 
+    ray_private.skip_callback_usage_tags()
     # Tune warns on every forced snapshot when num_to_keep is set; the checkpoints are small.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 

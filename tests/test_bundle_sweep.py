@@ -138,58 +138,8 @@ def test_a_bundled_sweep_writes_a_trial_per_point_and_logs_a_run_per_point(
     assert client.get_run(parent).info.status == "FINISHED"
 
 
-@pytest.mark.ray
-@pytest.mark.system
-def test_a_sigkilled_bundle_resumes_every_member_from_its_checkpoint(ray_local, tmp_path,
-                                                          checked_at_the_end):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    from tests.test_group_signal import check_no_ray_left_after_sigkill, ray_under
-
-    root = Path(__file__).resolve().parents[1]
-    args = ["--sigma", "0.03", "--lam", "0,0.5,1", "--bundle", "3", "--inner-z", "batch",
-            *TINY, "--epochs", "3"]
-    killed_out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, str(root / "sweeps" / "digits_grid.py"), *args,
-                             "--out", str(killed_out)], cwd=root, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    deadline = time.time() + 300
-    experiment = killed_out / "tune" / "digits_grid"
-    try:
-        for line in proc.stdout:  # the bundle's epoch 2 reported (with its checkpoint)
-            if "lam=1.0 K=2 seed=0: epoch 2/3" in line:
-                break
-            assert time.time() < deadline, "no second epoch in time"
-        # Kill mid-epoch 3, once Tune's saved state names epoch 2's checkpoint: a kill between
-        # Tune deleting epoch 1's checkpoint (num_to_keep=1) and saving its state leaves a
-        # state naming a checkpoint that is gone (MEASURED, "Trial bundles"), for any trial.
-        while not any("checkpoint_000001" in p.read_text(errors="replace")
-                      for p in experiment.glob("experiment_state-*.json")):
-            assert time.time() < deadline, "Tune's state never named epoch 2's checkpoint"
-            time.sleep(0.1)
-        ray, session = ray_under(proc.pid)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    check_no_ray_left_after_sigkill(ray, session, time.time(), checked_at_the_end)
-
-    resumed = run_main("digits_grid", *args, "--out", str(killed_out), "--resume")
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    df = pd.read_parquet(killed_out / "results.parquet")
-    assert df["trial_id"].nunique() == 3 and (df["status"] == "ok").all()
-    assert all(sorted(e) == [1, 2, 3] for _, e in df.groupby("trial_id")["epoch"])
-    # Continued from epoch 2's checkpoint, not afresh; that a restart from a checkpoint's
-    # bytes continues every member exactly is test_run_trial.py's
-    # test_a_restarted_bundle_continues_exactly (the bytes Tune's adapter stores).
-    assert set(df.loc[df["epoch"] == 3, "start_epoch"]) == {3}
-    assert set(df.loc[df["epoch"] <= 2, "start_epoch"]) == {1}
+# A bundle SIGKILLed mid-epoch resumes every member from its checkpoint: test_reliability.py's
+# killed sweep, whose trial still running is a bundle.
 
 
 def test_a_bundle_trial_reads_as_a_trial_per_member():

@@ -122,28 +122,28 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path)
 def test_a_grid_stopped_by_ctrl_c_leaves_nothing_behind_and_resumes_in_order(
         ray_local, tmp_path):
     # One trial at a time (2 CPUs each), lam 0 seed 0 taken over from rows (--done), Ctrl-C
-    # (SIGINT to the driver) during the first trial that runs, four not started: the stop
+    # (SIGINT to the driver) during the first trial that runs, two not started: the stop
     # leaves no process and says how to resume (test_reliability.py: check_stopped; a
     # SIGTERM to the driver's whole group: test_group_signal.py). The resumed run keeps the
     # rows it took over and finishes the rest in the grid's order (seed by seed), not in the
     # order Tune saved them. The resume runs in this process, on the session's Ray.
     out = tmp_path / "out"
-    args = [*GRID, "--seeds", "0,1,2", "--cpus-per-trial", "2", "--out", str(out)]
+    args = [*GRID, "--seeds", "0,1", "--cpus-per-trial", "2", "--out", str(out)]
     done = _rows(tmp_path / "e.csv", [1, 2])
     stopped = stop_driver([*args, "--done", str(done)], signal.SIGINT, "epoch 1/2")
     check_stopped(stopped, signal.SIGINT, out)
 
     resumed = _in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert f"1 of 6 trials finished in {out / 'done_epochs.csv'}" in resumed.stdout
+    assert f"1 of 4 trials finished in {out / 'done_epochs.csv'}" in resumed.stdout
     finished = re.findall(r"finished \d+/\d+: (.*)", stopped.rest + resumed.stdout)
     grid = [f"method=mi_backprop sigma=0.03 lam={lam} K=2 seed={seed}"
-            for seed in range(3) for lam in ("0.0", "1.0")][1:]  # lam 0 seed 0 taken over
+            for seed in range(2) for lam in ("0.0", "1.0")][1:]  # lam 0 seed 0 taken over
     assert [f.strip() for f in finished] == grid, finished
-    # the 4 trials that had not started are not listed one warning line each on resume
+    # the 2 trials that had not started are not listed one warning line each on resume
     assert "Failed to fetch metrics" not in resumed.stdout + resumed.stderr
     df = pd.read_parquet(out / "results.parquet")
-    assert df.groupby(["lam", "seed"])["epoch"].nunique().eq(2).all() and len(df) == 12
+    assert df.groupby(["lam", "seed"])["epoch"].nunique().eq(2).all() and len(df) == 8
     taken = df[(df["lam"] == 0.0) & (df["seed"] == 0)].sort_values("epoch")
     assert taken["test_acc"].round(6).tolist() == [0.5, 0.6]  # the CSV's, not a re-run
     assert taken["trial_id"].eq("abc_00000").all()

@@ -1,5 +1,6 @@
 """A real two-node Ray cluster on this machine: `ray start --head` plus `ray start --address`,
-then the digits driver joins it with `--address` and its two trials must run on both nodes.
+then the digits driver joins it with `--address`: its two trials run one on each node, and
+when the worker node is lost, its trial goes on on the head from its last checkpoint.
 
 Isolation from the other Ray instances on this machine (the session's `ray_local`, other test
 runs): each node gets its own `--temp-dir` (so `ray_current_cluster` is written there, not in
@@ -92,9 +93,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[Cluster]:
-    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b), one cluster for the
-    module's tests (a start and stop is ~25 s): the lost-node test, which kills the worker
-    node, comes last in the file."""
+    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b): a start and stop
+    is ~25 s. The test kills the worker node."""
     # Short path: Ray's unix sockets live under it and must stay under 108 characters.
     temp = tempfile.mkdtemp(prefix="rmn", dir="/tmp")
     port = _free_port()
@@ -124,35 +124,6 @@ def two_nodes() -> Iterator[Cluster]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_digits_grid_spreads_trials_over_two_nodes(two_nodes, tmp_path):
-    assert two_nodes.worker.poll() is None, "the worker node is gone: run this test first"
-    storage = tmp_path / "shared"  # one filesystem: "shared storage" for both nodes
-    out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    # Two trials at 1 CPU each on two 1-CPU nodes: they can only run side by side, one per node.
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address", two_nodes.address,
-         "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs", "1", "--K", "2",
-         "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu",
-         "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", str(storage),
-         "--shared-storage", "--out",
-         str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    df = pd.read_parquet(out / "results.parquet")
-    assert len(df) == 2 and (df["status"] == "ok").all()
-    assert df["node_id"].notna().all()
-    assert df["node_id"].nunique() == 2, df[["trial_id", "node", "node_id"]]
-    # Tune's trial state went to the shared storage path (STORAGE/<name of OUT>/<experiment>),
-    # with each trial's checkpoint, not to OUT/tune.
-    experiment = storage / out.name / "digits_grid"
-    assert (experiment / "tuner.pkl").exists()
-    checkpoints = list(experiment.glob("*/checkpoint_*"))
-    assert len(checkpoints) == 2, sorted(p.name for p in experiment.iterdir())
-    assert not (out / "tune").exists()
-
-
 def _reported_epochs(experiment: Path) -> list[int]:
     """Epochs each trial has reported so far (from Tune's result.json in the storage)."""
     counts = []
@@ -163,8 +134,10 @@ def _reported_epochs(experiment: Path) -> list[int]:
 
 def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_nodes,
                                                                             tmp_path):
-    """A spot reclaim: the worker node and everything it runs are SIGKILLed mid-trial. Tune
-    restarts that trial from its last checkpoint on the head; every epoch is recorded once."""
+    """Two 1-CPU trials on two 1-CPU nodes run side by side, one on each, their state and
+    checkpoints on the storage both nodes see. Then a spot reclaim: the worker node and
+    everything it runs are SIGKILLed mid-trial. Tune restarts that trial from its last
+    checkpoint on the head; every epoch is recorded once."""
     storage = tmp_path / "shared"
     out = tmp_path / "out"
     # The small net's epochs are short (~2 s idle): 8 of them leave the faster trial 7 epochs
@@ -205,7 +178,15 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
             driver.wait(10)
     assert driver.returncode == 0, text[-3000:]
     df = pd.read_parquet(out / "results.parquet")
-    assert (df["status"] == "ok").all()
+    assert (df["status"] == "ok").all() and df["node_id"].notna().all()
+    # before the loss, one trial on each node
+    assert df.loc[df["epoch"] == 1, "node_id"].nunique() == 2, df[["trial_id", "node_id"]]
+    # Tune's trial state went to the storage path (STORAGE/<name of OUT>/<experiment>), with
+    # each trial's checkpoint, not to OUT/tune.
+    assert (experiment / "tuner.pkl").exists()
+    checkpoints = list(experiment.glob("*/checkpoint_*"))
+    assert len(checkpoints) == 2, sorted(p.name for p in experiment.iterdir())
+    assert not (out / "tune").exists()
     # every epoch of every trial exactly once
     per_trial = df.groupby("trial_id")["epoch"].apply(lambda e: sorted(e))
     assert all(list(e) == list(range(1, epochs + 1)) for e in per_trial), per_trial

@@ -194,6 +194,30 @@ def test_a_schedulers_mode_is_where_the_adapter_reads_it():
 
 # -- Ray's processes in sessions of their own --------------------------------------------------
 
+def test_tunes_callback_count_imports_mlflow_and_is_left_out_without_usage_stats():
+    from ray.air._internal import usage as air_usage
+    from ray.tune import tune
+
+    assert looks_up(tune.run, "tag_callbacks")
+    assert looks_up(air_usage.tag_callbacks, "_count_callbacks")
+    assert looks_up(air_usage._count_callbacks, "MLflowLoggerCallback")  # imports MLflow
+    # In a process of its own: this one may have imported MLflow already.
+    code = """
+import os, sys
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+from ray.tune import tune
+from ray.tune.logger import LoggerCallback
+from sweeps import ray_private
+assert ray_private.skip_callback_usage_tags()
+tune.air_usage.tag_callbacks([LoggerCallback()])  # as ray.tune.tune.run calls it
+print("mlflow" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False"]
+
+
 def test_ray_starts_its_processes_through_a_popen_that_can_be_replaced():
     from ray._private import services, utils
 

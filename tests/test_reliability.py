@@ -332,20 +332,48 @@ def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
 # -- a driver killed mid-sweep continues with --resume ----------------------------------------
 
 @pytest.mark.system
-def test_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_trials(
+def test_a_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_trials(
         ray_local, tmp_path, checked_at_the_end):
+    """SIGKILL to the driver's process group once one trial has finished and the other, a
+    bundle of two grid points (--bundle, trainables/bundle.py), is in its third epoch with its
+    second's checkpoint named in Tune's state; Tune's files in OUT then cut as a kill in the
+    middle of Tune's copy leaves them. No process of its Ray is left, and --resume puts the
+    files back, leaves the finished trial alone and continues the bundle's members from
+    their checkpoint."""
     out = tmp_path / "out"
-    args = [*TINY, "--lam", "0,0.5,1", "--epochs", "3", "--out", str(out)]
+    # [lam 0 and 0.5 in one trial, lam 1 alone]: the bundle trains two nets an epoch, so the
+    # plain trial, started beside it, finishes first.
+    args = [*TINY, "--lam", "0,0.5,1", "--epochs", "3", "--bundle", "2", "--inner-z", "batch",
+            "--out", str(out)]
+    experiment = out / "tune" / "digits_grid"
+
+    def bundle_checkpointed_epoch_2() -> bool:
+        # A kill between Tune deleting epoch 1's checkpoint (num_to_keep=1) and saving its
+        # state leaves a state naming a checkpoint that is gone (MEASURED, "Trial bundles").
+        for path in experiment.glob("experiment_state-*.json"):
+            try:
+                trials = json.loads(path.read_text())["trial_data"]
+            except (OSError, ValueError, KeyError):
+                continue  # being written
+            if any(json.loads(t[0])["trial_id"].endswith("_00000")
+                   and "checkpoint_000001" in t[1] for t in trials):
+                return True
+        return False
+
     proc = _start_driver(args)
     finished_first: list[str] = []
     deadline = time.time() + 300
     try:
         for line in proc.stdout:
-            if "finished 1/3" in line:
+            if re.search(r"finished \d+/\d+: ", line):
                 finished_first.append(line.split(": ", 1)[1].strip())
                 break
             assert time.time() < deadline, "no trial finished in time"
-        assert finished_first, "the sweep ended before a trial finished"
+        assert finished_first == ["method=mi_backprop sigma=0.03 lam=1.0 K=2 seed=0"], (
+            finished_first)
+        while not bundle_checkpointed_epoch_2():
+            assert time.time() < deadline, "Tune's state never named the bundle's epoch 2"
+            time.sleep(0.1)
         ray, session = ray_under(proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver's process group
@@ -354,7 +382,6 @@ def test_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_tr
     assert not (out / "results.parquet").exists()
     # Where the kill lands in Tune's copy of its files into OUT/tune varies (CI once caught
     # it mid-copy); make it the worst case every time: the state and every result.json cut.
-    experiment = out / "tune" / "digits_grid"
     cut = [*experiment.glob("experiment_state-*.json"), *experiment.glob("*/result.json")]
     assert len(cut) >= 2
     for path in cut:
@@ -364,17 +391,20 @@ def test_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_tr
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert re.search(r"resume: put back Tune's whole staging copies of \d+ file\(s\)",
                      resumed.stdout)
-    done_tag = finished_first[0]  # e.g. "sigma=0.03 lam=0.0 K=2 seed=0"
-    reran = [ln for ln in resumed.stdout.splitlines() if done_tag + ":" in ln]
+    assert "resume: 1 of 2 trials already finished" in resumed.stdout, resumed.stdout[-2000:]
+    reran = [ln for ln in resumed.stdout.splitlines() if finished_first[0] + ":" in ln]
     assert not reran, f"finished trial ran again: {reran}"
-    # At least the trial seen finishing; another may have finished before the kill landed.
-    counted = re.search(r"resume: (\d) of 3 trials already finished", resumed.stdout)
-    assert counted and int(counted.group(1)) >= 1, resumed.stdout[-2000:]
     df = pd.read_parquet(out / "results.parquet")
-    epochs_per_trial = df.groupby("trial_id")["epoch"].apply(lambda e: tuple(sorted(e)))
-    assert all(epochs == (1, 2, 3) for epochs in epochs_per_trial), epochs_per_trial
     assert df["trial_id"].nunique() == 3 and (df["status"] == "ok").all()
+    assert all(sorted(e) == [1, 2, 3] for _, e in df.groupby("trial_id")["epoch"])
     assert (out / "table.md").exists()
+    # The bundle's members went on from epoch 2's checkpoint, not afresh; that a restart from
+    # a checkpoint's bytes continues every member exactly is test_run_trial.py's
+    # test_a_restarted_bundle_continues_exactly (the bytes Tune's adapter stores).
+    members = df[df["lam"] < 1]
+    assert set(members.loc[members["epoch"] == 3, "start_epoch"]) == {3}
+    assert set(members.loc[members["epoch"] <= 2, "start_epoch"]) == {1}
+    assert set(df.loc[df["lam"] == 1, "start_epoch"]) == {1}
 
 
 # -- a driver stopped by Ctrl-C (test_done.py's stopped grid, which resumes it) or a SIGTERM to
