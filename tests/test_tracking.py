@@ -86,11 +86,14 @@ def _mlflow_server(tmp_path: Path) -> Iterator[str]:
     """A real `mlflow server` on a free local port: its URI, once it answers."""
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
+    # Without its job runner: seven polling processes that kept ~2 cores busy for as long as
+    # the server ran (docs/MEASURED.md, "The test suite's time"); tracking needs none.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
          "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     try:
         deadline = time.time() + 120
