@@ -195,19 +195,18 @@ def test_a_schedulers_mode_is_where_the_adapter_reads_it():
 # -- Ray's processes in sessions of their own --------------------------------------------------
 
 def test_tunes_callback_count_imports_mlflow_and_is_left_out_without_usage_stats():
-    from ray.air._internal import usage as air_usage
-    from ray.tune import tune
-
-    assert looks_up(tune.run, "tag_callbacks")
-    assert looks_up(air_usage.tag_callbacks, "_count_callbacks")
-    assert looks_up(air_usage._count_callbacks, "MLflowLoggerCallback")  # imports MLflow
-    # In a process of its own: this one may have imported MLflow already.
+    # In a process of its own: in this one a sweep may have imported MLflow, or left the
+    # count out, already.
     code = """
 import os, sys
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 from ray.tune import tune
 from ray.tune.logger import LoggerCallback
 from sweeps import ray_private
+from tests.test_ray_adapter import looks_up
+assert looks_up(tune.run, "tag_callbacks")
+assert looks_up(tune.air_usage.tag_callbacks, "_count_callbacks")
+assert looks_up(tune.air_usage._count_callbacks, "MLflowLoggerCallback")  # imports MLflow
 assert ray_private.skip_callback_usage_tags()
 tune.air_usage.tag_callbacks([LoggerCallback()])  # as ray.tune.tune.run calls it
 print("mlflow" in sys.modules)

@@ -17,8 +17,11 @@ datasets/colour_mnist.py, MIT licence). The facts below carry over from there; t
   channels and a global average pool), and everything random comes from one generator
   seeded by `seed` (theirs from numpy's global state, unseeded). They train with Adam 1e-3,
   weight decay 1e-4, batch 256, 80 epochs, the lr divided by 10 every 20. Their trainer.py
-  evaluates every epoch and means to keep the one with the best unbiased test accuracy as
-  best.pth, but never updates its best_acc, so best.pth is rewritten every epoch: the last.
+  (commit 79d1d1d, lines 386-412) evaluates every epoch and means to keep the one with the
+  best unbiased test accuracy as best.pth, but never updates its local best_acc (only the
+  saved metadata's), so best.pth is rewritten at every evaluation: the last epoch. Their
+  README says the paper reports the mean of three runs; which epoch of each, we found no
+  text saying.
   We report the last epoch (or the label-free stopping rule's). So their numbers
   (`PUBLISHED`) are references beside ours, not targets.
 
@@ -202,8 +205,10 @@ TABLE = TableSpec(
     note=("Test set at ρ = 0.1 (`test_acc`; ρ = 1: `biased_acc`). The published rows are "
           "ReBias's own runs on their protocol: a net of four 7x7 conv-BN-ReLU blocks "
           "(16-32-64-128) and global average pooling, Adam 1e-3, weight decay 1e-4, batch "
-          "256, 80 epochs, lr / 10 every 20, inputs in [-1, 1], the epoch with the best "
-          "unbiased test accuracy, unseeded colourings. No stds are published."),
+          "256, 80 epochs, lr / 10 every 20, inputs in [-1, 1], unseeded colourings. Their "
+          "code keeps the last epoch (its best-accuracy check never updates, so best.pth is "
+          "rewritten every epoch); which epoch the paper reports, its text does not say. "
+          "No stds are published."),
     protocol=Protocol(
         comparable=frozenset({"cpu"}), settings={"source": "mnist"},
         rows=colored_digits.TRAIN_ROWS,
