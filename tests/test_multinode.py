@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -29,6 +30,7 @@ import pytest
 
 from tests.conftest import SMALL_NET
 from tests.processes import descendants
+from tests.s3 import BUCKET, S3, s3_server
 
 # `ray start` nodes with a --temp-dir of their own (conftest's RAY_TMPDIR check cannot see them)
 pytestmark = [pytest.mark.ray, pytest.mark.system]
@@ -89,103 +91,121 @@ class Cluster:
     address: str
     head: subprocess.Popen  # `ray start --head --block`
     worker: subprocess.Popen  # `ray start --address --block`
+    worker_temp: Path  # the worker node's --temp-dir: its sessions, logs, trial directories
+    s3: S3  # the bucket every node reaches (tests/s3.py)
 
 
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[Cluster]:
-    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b): a start and stop
-    is ~25 s. The test kills the worker node."""
-    # Short path: Ray's unix sockets live under it and must stay under 108 characters.
-    temp = tempfile.mkdtemp(prefix="rmn", dir="/tmp")
+    """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b), each with a
+    temporary directory of its own, as on two machines, and both started with a local S3
+    API's settings (Tune's state goes to its bucket): a start and stop is ~25 s. The test
+    kills the worker node."""
+    # Short paths: Ray's unix sockets live under them and must stay under 108 characters.
+    temps = {name: tempfile.mkdtemp(prefix=f"rmn{name[0]}", dir="/tmp")
+             for name in ("head", "worker")}
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    common = ["--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", "200000000",
-              "--temp-dir", temp, "--disable-usage-stats", "--block"]
-    nodes = [
-        ("head", ["--head", "--port", str(port), "--include-dashboard", "false",
-                  "--resources", json.dumps({"node_a": 1})]),
-        ("worker", ["--address", f"127.0.0.1:{port}", "--resources", json.dumps({"node_b": 1})]),
-    ]
     procs: list[subprocess.Popen] = []
-    try:
-        for name, args in nodes:
-            log = Path(temp) / f"{name}.log"
-            with open(log, "w") as out:
-                procs.append(subprocess.Popen(
-                    [RAY, "start", *args, "--dashboard-agent-listen-port", str(_free_port()),
-                     *common], env=env, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True))
-            _wait_for(lambda log=log: STARTED in log.read_text(), f"{name} node", 120, procs)
-        assert _listening(port)
-        yield Cluster(f"127.0.0.1:{port}", procs[0], procs[1])
-    finally:
-        _stop(list(reversed(procs)))
+    with s3_server(Path(temps["head"])) as s3:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env.update(s3.env, RAY_USAGE_STATS_ENABLED="0")
+        common = ["--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", "200000000",
+                  "--disable-usage-stats", "--block"]
+        nodes = [
+            ("head", ["--head", "--port", str(port), "--include-dashboard", "false",
+                      "--resources", json.dumps({"node_a": 1})]),
+            ("worker", ["--address", f"127.0.0.1:{port}",
+                        "--resources", json.dumps({"node_b": 1})]),
+        ]
+        try:
+            for name, args in nodes:
+                log = Path(temps["head"]) / f"{name}.log"
+                with open(log, "w") as out:
+                    procs.append(subprocess.Popen(
+                        [RAY, "start", *args, "--dashboard-agent-listen-port",
+                         str(_free_port()), "--temp-dir", temps[name], *common], env=env,
+                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+                _wait_for(lambda log=log: STARTED in log.read_text(), f"{name} node", 120,
+                          procs)
+            assert _listening(port)
+            yield Cluster(f"127.0.0.1:{port}", procs[0], procs[1], Path(temps["worker"]), s3)
+        finally:
+            _stop(list(reversed(procs)))
+    for temp in temps.values():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _reported_epochs(experiment: Path) -> list[int]:
-    """Epochs each trial has reported so far (from Tune's result.json in the storage)."""
-    counts = []
-    for path in experiment.glob("*/result.json"):
-        counts.append(sum(1 for line in path.read_text().splitlines() if line.strip()))
-    return counts
+def _checkpointed_epochs(s3: S3, experiment: str) -> dict[str, int]:
+    """The epochs of each trial's latest checkpoint in the bucket (one kept per trial), by the
+    trial's directory. A trial writes its checkpoint there before it reports the epoch."""
+    latest: dict[str, int] = {}
+    for key in s3.keys(experiment):
+        match = re.search(r"/([^/]+)/checkpoint_(\d+)/", key)
+        if match:
+            trial, index = match.group(1), int(match.group(2))
+            latest[trial] = max(latest.get(trial, 0), index + 1)
+    return latest
 
 
 def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_nodes,
                                                                             tmp_path):
     """Two 1-CPU trials on two 1-CPU nodes run side by side, one on each, their state and
-    checkpoints on the storage both nodes see. Then a spot reclaim: the worker node and
-    everything it runs are SIGKILLed mid-trial. Tune restarts that trial from its last
-    checkpoint on the head; every epoch is recorded once."""
-    storage = tmp_path / "shared"
+    checkpoints in an S3 bucket. Then a spot reclaim: the worker node and everything it runs
+    are SIGKILLed mid-trial and its disk is gone. Tune restarts that trial on the head from
+    its last checkpoint, read back from the bucket; every epoch is recorded once; the
+    outputs land in the bucket."""
+    s3 = two_nodes.s3
     out = tmp_path / "out"
     # The small net's epochs are short (~2 s idle): 8 of them leave the faster trial 7 epochs
-    # of slack to still be running when the slower one has reported its first.
+    # of slack to still be running when the slower one has checkpointed its first.
     epochs = 8
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    env.update(s3.env, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     driver = subprocess.Popen(
         [sys.executable, str(ROOT / "sweeps" / "digits_grid.py"), "--address",
          two_nodes.address, "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs",
          str(epochs), "--K", "2", "--batch-size", "256", "--mi-eval-steps", "30", "--device",
-         "cpu", "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", str(storage),
-         "--shared-storage", "--out",
-         str(out)],
+         "cpu", "--cpus-per-trial", "1", *SMALL_NET, "--storage-path", f"s3://{BUCKET}/lost",
+         "--out", str(out)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
-    experiment = storage / out.name / "digits_grid"
+    experiment = f"lost/{out.name}/digits_grid"
     try:
-        # Two 1-CPU trials on two 1-CPU nodes: one runs on each. Once both have reported
-        # their first epoch (with its checkpoint), the worker node vanishes.
+        # Once both trials have a checkpoint in the bucket (read there, not from the driver's
+        # output, which lags), the worker node vanishes.
         deadline = time.monotonic() + 300
-        while len(_reported_epochs(experiment)) < 2 or min(_reported_epochs(experiment)) < 1:
+        while len(_checkpointed_epochs(s3, experiment)) < 2:
             assert driver.poll() is None, driver.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "the trials did not report in time"
+            assert time.monotonic() < deadline, "the trials did not checkpoint in time"
             time.sleep(0.2)
-        lost_at = max(_reported_epochs(experiment))
-        assert lost_at < epochs, "a trial finished before the node was lost"
+        read_before = len(s3.requests("GET", "/checkpoint_"))
         victims = [two_nodes.worker.pid, *descendants(two_nodes.worker.pid)]
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(two_nodes.worker_temp, ignore_errors=True)  # the node's disk, gone
+        # At least the lost trial's last checkpoint (the head's trial may have gone on)
+        lost_at = max(_checkpointed_epochs(s3, experiment).values())
+        assert lost_at < epochs, "a trial finished before the node was lost"
         text, _ = driver.communicate(timeout=600)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(10)
     assert driver.returncode == 0, text[-3000:]
+    assert len(s3.requests("GET", "/checkpoint_")) > read_before  # restored from the bucket
     df = pd.read_parquet(out / "results.parquet")
     assert (df["status"] == "ok").all() and df["node_id"].notna().all()
     # before the loss, one trial on each node
     assert df.loc[df["epoch"] == 1, "node_id"].nunique() == 2, df[["trial_id", "node_id"]]
-    # Tune's trial state went to the storage path (STORAGE/<name of OUT>/<experiment>), with
-    # each trial's checkpoint, not to OUT/tune.
-    assert (experiment / "tuner.pkl").exists()
-    checkpoints = list(experiment.glob("*/checkpoint_*"))
-    assert len(checkpoints) == 2, sorted(p.name for p in experiment.iterdir())
+    # Tune's state and each trial's checkpoint in the bucket (STORAGE/<name of OUT>/<experiment>),
+    # not in OUT/tune; the outputs there too.
+    keys = s3.keys(f"lost/{out.name}")
+    assert f"{experiment}/tuner.pkl" in keys
+    assert len(_checkpointed_epochs(s3, experiment)) == 2
+    assert f"lost/{out.name}/outputs/results.parquet" in keys, keys
     assert not (out / "tune").exists()
     # every epoch of every trial exactly once
     per_trial = df.groupby("trial_id")["epoch"].apply(lambda e: sorted(e))
@@ -200,5 +220,5 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
     after = trial[trial["epoch"] >= resumed_at]
     assert (after["start_epoch"] == resumed_at).all()
     assert set(before["node_id"]).isdisjoint(set(after["node_id"]))  # it moved off the node
-    print(f"node lost after {lost_at} reported epoch(s); restarted trial:\n"
+    print(f"node lost with checkpoints up to epoch {lost_at}; restarted trial:\n"
           + trial[["trial_id", "lam", "epoch", "start_epoch", "node_id"]].to_string())
