@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -135,18 +134,6 @@ def two_nodes() -> Iterator[Cluster]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _checkpointed_epochs(s3: S3, experiment: str) -> dict[str, int]:
-    """The epochs of each trial's latest checkpoint in the bucket (one kept per trial), by the
-    trial's directory. A trial writes its checkpoint there before it reports the epoch."""
-    latest: dict[str, int] = {}
-    for key in s3.keys(experiment):
-        match = re.search(r"/([^/]+)/checkpoint_(\d+)/", key)
-        if match:
-            trial, index = match.group(1), int(match.group(2))
-            latest[trial] = max(latest.get(trial, 0), index + 1)
-    return latest
-
-
 def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_nodes,
                                                                             tmp_path):
     """Two 1-CPU trials on two 1-CPU nodes run side by side, one on each, their state and
@@ -174,7 +161,7 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
         # Once both trials have a checkpoint in the bucket (read there, not from the driver's
         # output, which lags), the worker node vanishes.
         deadline = time.monotonic() + 300
-        while len(_checkpointed_epochs(s3, experiment)) < 2:
+        while len(s3.checkpointed_epochs(experiment)) < 2:
             assert driver.poll() is None, driver.stdout.read()[-3000:]
             assert time.monotonic() < deadline, "the trials did not checkpoint in time"
             time.sleep(0.2)
@@ -187,7 +174,7 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
                 pass
         shutil.rmtree(two_nodes.worker_temp, ignore_errors=True)  # the node's disk, gone
         # At least the lost trial's last checkpoint (the head's trial may have gone on)
-        lost_at = max(_checkpointed_epochs(s3, experiment).values())
+        lost_at = max(s3.checkpointed_epochs(experiment).values())
         assert lost_at < epochs, "a trial finished before the node was lost"
         text, _ = driver.communicate(timeout=600)
     finally:
@@ -204,7 +191,7 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
     # not in OUT/tune; the outputs there too.
     keys = s3.keys(f"lost/{out.name}")
     assert f"{experiment}/tuner.pkl" in keys
-    assert len(_checkpointed_epochs(s3, experiment)) == 2
+    assert len(s3.checkpointed_epochs(experiment)) == 2
     assert f"lost/{out.name}/outputs/results.parquet" in keys, keys
     assert not (out / "tune").exists()
     # every epoch of every trial exactly once
