@@ -47,6 +47,12 @@ _TESTS = Path(__file__).resolve().parent
 # needs the network to learn (an accuracy level, mi falling as lambda grows).
 SMALL_NET = ["--width", "8", "--train-eval-rows", "500"]  # a driver's flags
 SMALL_NET_CONFIG = {"width": 8, "train_eval_rows": 500}  # a trial's config, the same
+# Trials one at a time on a 2-CPU Ray, each with one torch thread (a trial's threads are its
+# whole CPUs): they all run in one worker process, which Tune reuses. Side by side, each
+# would start a process of its own (importing torch and Tune: ~7 s of CPU); on 2 CPUs each,
+# two threads would contend with the other test worker's (docs/MEASURED.md, "The test
+# suite's time").
+ONE_AT_A_TIME = ["--cpus-per-trial", "1.5"]
 
 
 def _code_of(func, seen: set) -> str:

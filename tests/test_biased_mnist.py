@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.conftest import SMALL_NET
+from tests.conftest import ONE_AT_A_TIME, SMALL_NET
 from tests.drivers import run_main
 from unbiased.benchmarks import biased_mnist as bm
 
@@ -143,7 +143,7 @@ def test_a_tiny_sweep_writes_biased_acc_and_the_published_rows(ray_local, tmp_pa
     out = tmp_path / "out"
     proc = run_main("__main__", "biased_mnist", "--preset", "quick", "--rho", "0.99",
                     "--epochs", "1", "--K", "2", "--mi-eval-steps", "20", *SMALL_NET,
-                    "--out", str(out))
+                    *ONE_AT_A_TIME, "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     df = pd.read_parquet(out / "results.parquet")
     assert set(df["benchmark"]) == {"biased_mnist"} and set(df["rho"]) == {0.99}

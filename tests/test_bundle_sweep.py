@@ -10,6 +10,7 @@ import pytest
 
 from sweeps.core import bundle_points
 from sweeps.digits_grid import main as main_digits
+from tests.conftest import ONE_AT_A_TIME
 from tests.drivers import run_main
 
 SMALL = ["--width", "8", "--train-eval-rows", "500"]
@@ -82,8 +83,8 @@ def test_a_bundled_sweep_writes_a_trial_per_point_and_logs_a_run_per_point(
     trackers = _trackers()
     out = tmp_path / "digits"
     rc = main_digits(["--sigma", "0.03,0.045", "--lam", "0,1", "--method", "mi_backprop,hsic",
-                      "--bundle", "3", "--inner-z", "batch", *TINY, "--tracker", trackers,
-                      "--out", str(out)])
+                      "--bundle", "3", "--inner-z", "batch", *TINY, *ONE_AT_A_TIME,
+                      "--tracker", trackers, "--out", str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "6 trials" in printed and "4 Tune trials (--bundle 3)" in printed

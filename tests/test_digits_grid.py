@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import SMALL_NET
+from tests.conftest import ONE_AT_A_TIME, SMALL_NET
 from tests.drivers import Ran, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,7 +196,8 @@ def test_tiny_sweep_writes_the_results_contract(ray_local, tmp_path):
     out = tmp_path / "digits"
     rc = main(["--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--epochs", "2", "--K", "2",
                "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu",
-               "--palette", "kim", "--stroke", "flat", *SMALL_NET, "--out", str(out)])
+               "--palette", "kim", "--stroke", "flat", *SMALL_NET, *ONE_AT_A_TIME,
+               "--out", str(out)])
     assert rc == 0
     df = pd.read_parquet(out / "results.parquet")
     for col in ["experiment", "trial_id", "benchmark", "method", "sigma", "lam", "K", "seed",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import ONE_AT_A_TIME
 from tests.test_reliability import (
     TINY,
     _in_process,
@@ -80,7 +81,7 @@ def test_bad_done_flags_are_one_line(tmp_path):
 
 def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path):
     # First machine: the whole grid (2 trials). Its export is what a session commits.
-    first = _in_process(*GRID, "--out", str(tmp_path / "a"))
+    first = _in_process(*GRID, *ONE_AT_A_TIME, "--out", str(tmp_path / "a"))
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     exported = _export(tmp_path / "a", tmp_path / "a.csv")
     assert {"config", "trial_id", "status"} <= set(exported.columns)
@@ -88,7 +89,8 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path)
     cut = exported[~((exported["lam"] == 1.0) & (exported["epoch"] == 2))]
     cut.to_csv(tmp_path / "cut.csv", index=False)
 
-    second = _in_process(*GRID, "--done", str(tmp_path / "cut.csv"), "--out", str(tmp_path / "b"))
+    second = _in_process(*GRID, *ONE_AT_A_TIME, "--done", str(tmp_path / "cut.csv"), "--out",
+                         str(tmp_path / "b"))
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert "1 of 2 trials finished in" in second.stdout
     ran = set(re.findall(r"lam=(\S+) K=2 seed=0: epoch", second.stdout))
@@ -109,7 +111,8 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path)
     # Its export holds both trials (the one taken over too), so a third machine runs nothing.
     again = _export(tmp_path / "b", tmp_path / "b.csv")
     assert again.groupby("lam")["epoch"].nunique().to_dict() == {0.0: 2, 1.0: 2}
-    third = _in_process(*GRID, "--done", str(tmp_path / "b.csv"), "--out", str(tmp_path / "c"))
+    third = _in_process(*GRID, *ONE_AT_A_TIME, "--done", str(tmp_path / "b.csv"), "--out",
+                        str(tmp_path / "c"))
     assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
     assert "2 of 2 trials finished in" in third.stdout and "epoch 1/2" not in third.stdout
     assert "TensorBoard" not in third.stdout  # no Tune run: no event files to point at
@@ -121,14 +124,14 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path)
 @pytest.mark.system
 def test_a_grid_stopped_by_ctrl_c_leaves_nothing_behind_and_resumes_in_order(
         ray_local, tmp_path):
-    # One trial at a time (2 CPUs each), lam 0 seed 0 taken over from rows (--done), Ctrl-C
+    # One trial at a time (ONE_AT_A_TIME), lam 0 seed 0 taken over from rows (--done), Ctrl-C
     # (SIGINT to the driver) during the first trial that runs, two not started: the stop
     # leaves no process and says how to resume (test_reliability.py: check_stopped; a
     # SIGTERM to the driver's whole group: test_group_signal.py). The resumed run keeps the
     # rows it took over and finishes the rest in the grid's order (seed by seed), not in the
     # order Tune saved them. The resume runs in this process, on the session's Ray.
     out = tmp_path / "out"
-    args = [*GRID, "--seeds", "0,1", "--cpus-per-trial", "2", "--out", str(out)]
+    args = [*GRID, "--seeds", "0,1", *ONE_AT_A_TIME, "--out", str(out)]
     done = _rows(tmp_path / "e.csv", [1, 2])
     stopped = stop_driver([*args, "--done", str(done)], signal.SIGINT, "epoch 1/2")
     check_stopped(stopped, signal.SIGINT, out)

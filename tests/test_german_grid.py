@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import ONE_AT_A_TIME
 from tests.drivers import Ran, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,7 @@ def test_tiny_sweep_writes_the_results_contract_with_svm_rows(ray_local, tmp_pat
 
     out = tmp_path / "german"
     rc = main(["--lam", "0,1", "--seeds", "0", "--epochs", "2", "--K", "2",
-               "--mi-eval-steps", "20", "--out", str(out)])
+               "--mi-eval-steps", "20", *ONE_AT_A_TIME, "--out", str(out)])
     assert rc == 0
     df = pd.read_parquet(out / "results.parquet")
     for col in ["experiment", "trial_id", "benchmark", "method", "sigma", "lam", "K", "seed",

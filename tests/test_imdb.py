@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.conftest import ONE_AT_A_TIME
 from tests.drivers import Ran, run_main
 from unbiased.benchmarks import imdb_faces
 from unbiased.data import DataError, LoaderSplit
@@ -345,7 +346,8 @@ def test_driver_end_to_end_writes_results_and_table_2(ray_local, fake, tmp_path,
                "--image-size", str(SIZE), "--train-subset", "0", "--max-eval", "0",
                "--lam", "0", "--K", "2", "--seeds", "0", "--epochs", "1",
                "--batch-size", "8", "--mi-eval-steps", "20", "--workers", "0",
-               "--eval-batch-size", "64", "--device", "cpu", "--out", str(out)])
+               "--eval-batch-size", "64", "--device", "cpu", *ONE_AT_A_TIME,
+               "--out", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     assert "EB1" in printed and "(paper 36,003" in printed

@@ -13,7 +13,7 @@ import pytest
 from analysis.pareto import pareto_front, pareto_mask
 from sweeps.cli import build_parser, resolve
 from sweeps.presets import DIGITS, K_ABLATION, LAMBDA_SEARCH
-from tests.conftest import SMALL_NET
+from tests.conftest import ONE_AT_A_TIME, SMALL_NET
 
 
 def test_pareto_mask_keeps_only_non_dominated_rows():
@@ -96,7 +96,7 @@ def test_tiny_search_writes_results_and_pareto(ray_local, tmp_path):
     out = tmp_path / "search"
     rc = main(["--sigma", "0.03", "--samples", "2", "--K", "2,3", "--lam-range", "0.1,10",
                "--epochs", "1", "--batch-size", "256", "--mi-eval-steps", "30",
-               "--device", "cpu", *SMALL_NET, "--out", str(out)])
+               "--device", "cpu", *SMALL_NET, *ONE_AT_A_TIME, "--out", str(out)])
     assert rc == 0
     df = pd.read_parquet(out / "results.parquet")
     assert df["trial_id"].nunique() == 2 and (df["experiment"] == "lambda_search").all()

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.conftest import SMALL_NET
+from tests.conftest import ONE_AT_A_TIME, SMALL_NET
 from tests.drivers import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 # The re-run takes the source's recorded config, the small net (tests/conftest.py) with it.
 TINY = ["--sigma", "0.03", "--K", "2", "--batch-size", "256", "--mi-eval-steps", "20",
-        "--device", "cpu", "--cpus-per-trial", "1", "--epochs", "1", *SMALL_NET]
+        "--device", "cpu", *ONE_AT_A_TIME, "--epochs", "1", *SMALL_NET]
 
 
 def _config(row: pd.Series) -> dict:
