@@ -192,7 +192,7 @@ def test_a_schedulers_mode_is_where_the_adapter_reads_it():
     assert ray_private.scheduler_mode(ASHAScheduler(metric="m", mode="min")) == "min"
 
 
-# -- Ray's processes in sessions of their own --------------------------------------------------
+# -- Tune's usage tags ------------------------------------------------------------------------
 
 def test_tunes_callback_count_imports_mlflow_and_is_left_out_without_usage_stats():
     # In a process of its own: in this one a sweep may have imported MLflow, or left the
@@ -216,6 +216,8 @@ print("mlflow" in sys.modules)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["False"]
 
+
+# -- Ray's processes in sessions of their own --------------------------------------------------
 
 def test_ray_starts_its_processes_through_a_popen_that_can_be_replaced():
     from ray._private import services, utils
