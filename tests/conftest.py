@@ -92,21 +92,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("ray") is None and _starts_ray(item):
             item.add_marker(pytest.mark.ray)
-    # `make test` runs two workers, each given whole files (`-n 2 --dist loadfile`) in this
-    # order as they come free: files with system tests (the longest: signals, servers, two
-    # nodes) first, then the other files with Ray tests, so that at the end the one-core
-    # tests fill in beside the last long ones instead of one worker finishing a long file
-    # alone (two system files last cost ~3 minutes). Order within a file holds.
-    first = {}
-    with_ray, with_system = set(), set()
-    for i, item in enumerate(items):
-        first.setdefault(item.path, i)
-        if item.get_closest_marker("ray") is not None:
-            with_ray.add(item.path)
-        if item.get_closest_marker("system") is not None:
-            with_system.add(item.path)
-    items.sort(key=lambda item: (item.path not in with_system, item.path not in with_ray,
-                                 first[item.path]))
 
 
 def _ray_running_here() -> bool:
