@@ -41,6 +41,9 @@ CHANGED = {
     ("*", "--lam-of"): {"help"},
     # --address's help says a sweep started as a Ray job joins the job's cluster.
     ("*", "--address"): {"help"},
+    # Kim et al.'s step decay is a schedule; a bias head's optimiser is --optimizer's kind.
+    ("*", "--lr-schedule"): {"choices", "probes"},
+    ("*", "--head-lr"): {"help"},
 }
 
 

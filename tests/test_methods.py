@@ -219,7 +219,7 @@ def test_cosine_schedule_decays_g_and_f_to_zero_keeps_the_critic_and_resumes_exa
     assert all(torch.equal(a, b) for a, b in zip(_weights(cosine), _weights(resumed),
                                                   strict=True))
     with pytest.raises(ValueError, match="lr_schedule must be one of"):
-        method_config("lntl", {"lr_schedule": "step", "epochs": 2})
+        method_config("lntl", {"lr_schedule": "linear", "epochs": 2})
     with pytest.raises(ValueError, match="needs the trial's epochs"):
         method_config("hsic", {"lr_schedule": "cosine"})
 

@@ -1,7 +1,14 @@
-"""Feature extractors g_theta (x -> z) and classifiers f_psi (z -> logits)."""
+"""Feature extractors g_theta (x -> z) and classifiers f_psi (z -> logits): a benchmark's own
+(its `make_features`, with a linear f), or a network of another protocol from `MODELS`."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -143,3 +150,105 @@ def _load_backbone(net: nn.Module, path: str, arch: str) -> None:
         raise DataError(f"weights file {path} does not fit torchvision's {arch}: "
                         f"{len(missing)} missing and {len(unexpected)} unexpected keys "
                         f"(first: {first})")
+
+
+# ---------------------------------------------------------------- other protocols' networks
+
+# Input normalisations a model may start with (`input_norm`): per-channel mean and std of
+# images in [0, 1], applied after rounding to the 256 levels of a uint8 image.
+# "cifar10": Kim et al.'s (their data_loader.py normalises Colored MNIST with CIFAR-10's).
+INPUT_NORMS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+}
+
+
+def uint8_levels(x: torch.Tensor) -> torch.Tensor:
+    """Floats in [0, 1] -> the 0..255 levels of a uint8 image, kept as floats."""
+    return (x * 255).round().clamp(0, 255)
+
+
+class InputNorm(nn.Module):
+    """x in [0, 1] -> (uint8 levels / 255 - mean) / std per channel, as ToTensor then
+    Normalize read an image file. No parameters: it is part of g only so that x stays the
+    image (lntl's pixel targets read it) and checkpoints hold nothing new."""
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (uint8_levels(x) / 255 - self.mean) / self.std
+
+
+def kim_init(module: nn.Module) -> None:
+    """Kim et al.'s trainer.py:70-78: conv weights N(0, sqrt(2 / (k*k*out))), BN weight 1 and
+    bias 0; conv biases and linear layers keep PyTorch's default."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            n = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+            with torch.no_grad():
+                m.weight.normal_(0, math.sqrt(2.0 / n))
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+KIM_MAP_CHANNELS = 32
+
+
+class KimFeatures(nn.Module):
+    """g of Kim et al.'s `convnet` (models.py:11-44 of feidfoe/learning-not-to-learn): input
+    BatchNorm, conv 5x5 3->32 + ReLU, max-pool 3/2 (28 -> 14), conv 3x3 32->32 + ReLU. z is
+    this 32x14x14 map, the one their colour heads read."""
+
+    def __init__(self, in_channels: int = 3):
+        super().__init__()
+        self.bn0 = nn.BatchNorm2d(in_channels)
+        self.conv1 = nn.Conv2d(in_channels, 32, kernel_size=5, stride=1, padding=2)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(32, KIM_MAP_CHANNELS, kernel_size=3, stride=1, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.conv2(self.maxpool(F.relu(self.conv1(self.bn0(x))))))
+
+
+class KimClassifier(nn.Module):
+    """f of Kim et al.'s `convnet`: conv 3x3 32->64 stride 2 + ReLU (14 -> 7), conv 3x3 64->64
+    + ReLU, 7x7 average pool, linear 64 -> classes."""
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.conv3 = nn.Conv2d(KIM_MAP_CHANNELS, 64, kernel_size=3, stride=2, padding=1)
+        self.conv4 = nn.Conv2d(64, 64, kernel_size=3, stride=1, padding=1)
+        self.avgpool = nn.AvgPool2d(7, stride=1)
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.conv4(F.relu(self.conv3(z))))
+        return self.fc(self.avgpool(h).flatten(1))
+
+
+def kim_convnet(in_channels: int, num_classes: int) -> tuple[nn.Module, nn.Module]:
+    # Both built before either is initialised: the draws of Kim's one-module network, in its
+    # order (PyTorch's defaults layer by layer, then the conv weights again).
+    g, f = KimFeatures(in_channels), KimClassifier(num_classes)
+    kim_init(g)
+    kim_init(f)
+    return g, f
+
+
+@dataclass(frozen=True)
+class Model:
+    """A network of another protocol: `build(in_channels, num_classes)` -> (g, f).
+    `map_channels`: z is a feature map (N, map_channels, H, W), not a vector (0); methods
+    that read z as a vector refuse it."""
+
+    build: Callable[[int, int], tuple[nn.Module, nn.Module]]
+    map_channels: int = 0
+
+
+# `model` "benchmark" (the default) is the benchmark's own g with a linear f.
+MODELS: dict[str, Model] = {
+    "kim_convnet": Model(kim_convnet, map_channels=KIM_MAP_CHANNELS),
+}

@@ -42,6 +42,7 @@ def mi_eval(z: torch.Tensor, c: torch.Tensor, seed: int = 0, steps: int = 2000,
     With `cuda_graphs` on a GPU the critic's step is captured once and replayed (the same
     draws; unbiased/graphs.py): thousands of steps of ~60 small kernels each.
     """
+    z = z.flatten(1)  # a feature-map z (N, C, H, W): one vector a row
     gen = torch.Generator(device=z.device).manual_seed(seed)  # on z's device: no copies
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

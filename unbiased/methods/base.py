@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit
-from unbiased.models import linear_classifier
+from unbiased.models import INPUT_NORMS, MODELS, InputNorm, Model, linear_classifier
 from unbiased.settings import setting, setting_problems
 
 # Seed offsets of the streams a trial draws from besides the data order (the trial seed):
@@ -35,15 +35,22 @@ EVAL_SEED_OFFSET = 3_000_017
 # the reverse) cannot take over its generator states (a CUDA generator's state is 16 bytes, a
 # CPU one's 5,056): the streams are then re-seeded from the trial seed and the epoch reached.
 RESEED_EPOCH_STRIDE = 104_729
-# How the learning rate of g and f moves over a trial: held, or decayed to 0 by a half cosine
-# over the trial's `epochs` (step by step).
-LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
+# How the learning rate of g and f moves over a trial: held; decayed to 0 by a half cosine
+# over the trial's `epochs` (step by step); or cut by `lr_step_rate` every `lr_step_epochs`
+# epochs (Kim et al.'s LambdaLR, stepped once an epoch).
+LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
+_VECTOR_Z = Model(build=lambda in_channels, num_classes: (nn.Identity(), nn.Identity()))
+# The optimiser of g and f and of the bias heads (MINE's critic has `mine_optimizer`).
+OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 
 
 @dataclass
 class TrainConfig:
     """Hyper-parameters every method has. `lam` weighs the method's bias penalty; at 0 every
-    method trains g and f by plain ERM."""
+    method trains g and f by plain ERM. `reads_map_z`: the method works on a z that is a
+    feature map (a `model` with map channels), not only on a vector z."""
+
+    reads_map_z: ClassVar[bool] = True
 
     lam: float = setting(1.0, "each method's penalty weight; 0 = plain ERM", ge=0, axis=True)
     # >= 2: a shuffle (and a batch statistic) needs two rows.
@@ -59,6 +66,29 @@ class TrainConfig:
     lr_schedule: str = setting(
         "constant", "g and f's lr held, or decayed to 0 by a half cosine over --epochs "
                     "(critics and bias heads keep theirs)", choices=LR_SCHEDULES)
+    lr_step_epochs: int = setting(
+        40, "with --lr-schedule step: the lr falls by --lr-step-rate every this many epochs "
+            "(Kim et al.'s 40)", ge=1)
+    lr_step_rate: float = setting(
+        0.1, "with --lr-schedule step: the factor of each fall (Kim et al.'s 0.1)", gt=0, le=1)
+    # Kim et al. decay their bias heads' lr with the network's; off, the adversaries keep
+    # theirs, so they can still follow a g that slows down.
+    schedule_adversaries: bool = setting(
+        False, "the lr schedule moves the bias heads' and critics' lr as well as g and f's")
+    optimizer: str = setting(
+        "adam", "optimiser of g and f and of the bias heads: adam, or sgd with --momentum "
+                "(MINE's critic: --mine-optimizer)", choices=OPTIMIZERS)
+    momentum: float = setting(0.9, "with --optimizer sgd: its momentum", ge=0, lt=1)
+    weight_decay: float = setting(
+        0.0, "L2 weight decay of the optimisers --optimizer names (Kim et al.'s 5e-4)", ge=0)
+    model: str = setting(
+        "benchmark", "g and f: the benchmark's own g with a linear f, or a network of another "
+                     "protocol: kim_convnet (Kim et al.'s; z is its 32x14x14 feature map)",
+        choices=("benchmark", *MODELS))
+    input_norm: str = setting(
+        "none", "the input as g reads it: as it is, or rounded to uint8 levels and normalised "
+                "by a dataset's mean and std: cifar10 (what Kim et al. do on Colored MNIST)",
+        choices=("none", *INPUT_NORMS))
     epochs: int | None = setting(None, "epochs per trial", ge=1)
     # Large for small inputs, small for images (a ResNet-50 batch of 4096 would not fit).
     eval_batch_size: int = setting(
@@ -85,6 +115,10 @@ class TrainConfig:
         if self.lr_schedule != "constant" and self.epochs is None:
             problems.append(f"lr_schedule {self.lr_schedule!r} needs the trial's epochs "
                             f"(>= 1), got none")
+        if not self.reads_map_z and MODELS.get(self.model, _VECTOR_Z).map_channels:
+            problems.append(f"model {self.model!r} gives a feature-map z, which this method "
+                            f"reads as a vector (erm, and lntl with lntl_heads 'map', read "
+                            f"maps)")
         if self.train_eval_rows == 1:
             problems.append(f"train_eval_rows must be 0 (every row) or >= 2, got "
                             f"{self.train_eval_rows}")
@@ -124,15 +158,22 @@ class ERM:
         self.bench = bench
         self.device = torch.device(device)
         torch.manual_seed(seed)
-        self.g = bench.make_features().to(self.device)
+        if cfg.model == "benchmark":
+            g, f = bench.make_features(), None
+        else:
+            g, f = MODELS[cfg.model].build(bench.train.x.shape[1], bench.num_classes)
+        self.g = g.to(self.device)
         if cfg.channels_last:
             self.g = self.g.to(memory_format=torch.channels_last)
             self.bench = bench = _channels_last(bench)  # once: x[idx] keeps the format
-        self.f = linear_classifier(bench.z_dim, bench.num_classes).to(self.device)
+        if f is None:
+            f = linear_classifier(bench.z_dim, bench.num_classes)
+        self.f = f.to(self.device)
+        self.input_norm = (None if cfg.input_norm == "none"
+                           else InputNorm(*INPUT_NORMS[cfg.input_norm]).to(self.device))
         # Fused optimiser kernels: one call per step instead of several per tensor.
         self.fused = self.device.type in ("cpu", "cuda")
-        self.model_opt = torch.optim.Adam([*self.g.parameters(), *self.f.parameters()],
-                                          lr=cfg.lr, fused=self.fused)
+        self.model_opt = self.optimizer([*self.g.parameters(), *self.f.parameters()], cfg.lr)
         if cfg.compile:
             # Methods that backpropagate twice through one graph (retain_graph=True) need
             # donated buffers off for compiled backwards (process-wide).
@@ -159,6 +200,16 @@ class ERM:
             torch.manual_seed(self.seed + METHOD_SEED_OFFSET)
             yield
 
+    def optimizer(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        """An optimiser of the kind `optimizer` names, for g and f or a bias head."""
+        if self.cfg.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=lr, momentum=self.cfg.momentum,
+                                   weight_decay=self.cfg.weight_decay)
+        if self.cfg.weight_decay:
+            return torch.optim.Adam(params, lr=lr, weight_decay=self.cfg.weight_decay,
+                                    fused=self.fused)
+        return torch.optim.Adam(params, lr=lr, fused=self.fused)
+
     def eval_generator(self) -> torch.Generator:
         """A fresh generator for the shuffles of this epoch's evaluation."""
         return torch.Generator(device=self.device).manual_seed(
@@ -166,13 +217,25 @@ class ERM:
 
     # -- training -------------------------------------------------------------------------
     def scheduled_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimisers `lr_schedule` decays: those that move g or f."""
+        """The optimisers `lr_schedule` moves: those that move g or f, and with
+        `schedule_adversaries` the adversaries' too."""
+        adversaries = self.adversary_optimizers() if self.cfg.schedule_adversaries else []
+        return [*self.model_optimizers(), *adversaries]
+
+    def model_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimisers that move g or f."""
         return [self.model_opt]
+
+    def adversary_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimisers of the method's adversaries (bias heads, critics)."""
+        return []
 
     def lr_factor(self, step: int, steps_per_epoch: int) -> float:
         """The schedule's multiplier of every scheduled lr at `step` of the coming epoch."""
         if self.cfg.lr_schedule == "constant":
             return 1.0
+        if self.cfg.lr_schedule == "step":
+            return self.cfg.lr_step_rate ** (self.epoch // self.cfg.lr_step_epochs)
         done = (self.epoch * steps_per_epoch + step) / (self.cfg.epochs * steps_per_epoch)
         return 0.5 * (1.0 + math.cos(math.pi * min(done, 1.0)))
 
@@ -188,6 +251,8 @@ class ERM:
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         """z = g(x), under bf16 autocast when `amp` is on (z comes back as fp32)."""
+        if self.input_norm is not None:
+            x = self.input_norm(x)
         if not self.cfg.amp:
             return self.g(x)
         with torch.autocast(self.device.type, dtype=torch.bfloat16):

@@ -62,6 +62,14 @@ def bundle_problems(members: list[MIBackprop]) -> list[str]:
         problems.append(f"bundles train MINE with adam only, got {cfg.mine_optimizer!r}")
     if cfg.amp or cfg.compile:
         problems.append("bundles run without amp and compile")
+    if cfg.optimizer != "adam" or cfg.weight_decay:
+        problems.append(f"bundles train g and f with Adam without weight decay only, got "
+                        f"{cfg.optimizer} with weight decay {cfg.weight_decay:g}")
+    if cfg.schedule_adversaries:
+        problems.append("bundles schedule g and f's lr only, not the critic's")
+    if cfg.model != "benchmark" or cfg.input_norm != "none":
+        problems.append(f"bundles train the benchmark's own model on its own input only, got "
+                        f"model {cfg.model!r} with input_norm {cfg.input_norm!r}")
     shared = {k: v for k, v in asdict(cfg).items() if k not in PER_MEMBER_FIELDS}
     for m in members[1:]:
         other = {k: v for k, v in asdict(m.cfg).items() if k not in PER_MEMBER_FIELDS}

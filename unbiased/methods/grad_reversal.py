@@ -11,6 +11,7 @@ head still learns, on detached z).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,8 @@ from unbiased.settings import setting
 @dataclass
 class BiasHeadConfig(TrainConfig):
     """A bias head h(z) -> bias class logits."""
+
+    reads_map_z: ClassVar[bool] = False
 
     head_hidden: int = setting(
         64, "grad_reversal, confusion, lntl: hidden units of the bias head (0 = linear)", ge=0)
@@ -59,11 +62,13 @@ class HeadMethod(ERM):
         with self.own_init():
             self.head = BiasHead(bench.z_dim, bench.bias_classes,
                                  cfg.head_hidden).to(self.device)
-        self.head_opt = torch.optim.Adam(self.head.parameters(), lr=cfg.head_lr or cfg.lr,
-                                         fused=self.fused)
+        self.head_opt = self.optimizer(list(self.head.parameters()), cfg.head_lr or cfg.lr)
 
     def modules(self) -> dict[str, nn.Module]:
         return {**super().modules(), "head": self.head}
+
+    def adversary_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.head_opt]
 
     def targets(self, c: torch.Tensor) -> torch.Tensor:
         return bias_targets(c, self.bench.bias_classes)

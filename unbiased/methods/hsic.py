@@ -17,6 +17,7 @@ rescaled, and at lam >= 1 z shrank to a point within one epoch: median pairwise 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,8 @@ from unbiased.settings import setting
 
 @dataclass
 class HSICConfig(TrainConfig):
+    reads_map_z: ClassVar[bool] = False
+
     hsic_bandwidth: float | None = setting(
         None, "hsic: Gaussian kernel width on z (default: the batch's median pairwise "
               "distance)", gt=0)

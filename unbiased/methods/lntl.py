@@ -9,6 +9,13 @@ is read as three 8-way targets) predicts the bias from z. Per mini-batch, two up
 2. A second forward of the same batch: the heads descend their summed bias cross-entropy,
    and its gradient reaches g through a gradient reversal scaled by mu (g then works against
    what the heads can predict).
+The heads read z (`lntl_heads z`: one small MLP per bias group, the bias from c), or, as
+Kim et al.'s, a feature-map z (`lntl_heads map`, with a model whose z is a map such as
+kim_convnet): per pixel of the map, each head predicts its input channel's value bin there
+(models.py:47-65, data_loader.py:44-52 of their code). Both kinds go through the same two
+steps and losses: a head's entropy and cross-entropy are means over its predictions, per
+image or per pixel, and pixels Kim ignores (black in that channel) are left out.
+
 At lam = 0 the method is off whatever mu (as every method here at lam = 0, so the sweeps' one
 ERM trial per (sigma, seed) is the same under any method): g and f take plain ERM steps and
 the heads still learn, on detached z. mu = 0 with lam > 0 keeps the entropy term alone.
@@ -17,10 +24,13 @@ Where we differ from their code, and why:
 - Optimiser: Adam at the shared lr for g and f, Adam at head_lr (default lr) for the heads,
   as every method here, for a like-for-like comparison; theirs is SGD (lr 0.01, momentum 0.9,
   weight decay 5e-4) with a step decay, for every network.
-- The heads read z (the representation every method here debiases), not the conv feature
-  map of their network; each is the same small MLP as the other methods' bias head
-  (`head_hidden` units, 0 = linear). Their lambda (0.01) and reversal scale (0.1) are
-  constants in the code; here they are `lam` and `mu`.
+- By default the heads read z (the representation every method here debiases), not the
+  conv feature map of their network; each is the same small MLP as the other methods' bias
+  head (`head_hidden` units, 0 = linear). `lntl_heads map` takes theirs. Their lambda (0.01)
+  and reversal scale (0.1) are constants in the code; here they are `lam` and `mu`.
+- Their three map heads are one module (a conv to 3 x 32 channels, BatchNorm, ReLU, a
+  grouped conv to 3 x 8): BN is per channel and each group sees its own head's channels
+  only, so it computes exactly their three heads.
 - Without a reversal (lam = 0 or mu = 0) step 2 trains the heads on step 1's z, detached,
   with no second forward: a zero-gradient Adam step would still move g.
 """
@@ -28,6 +38,7 @@ Where we differ from their code, and why:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +47,7 @@ from torch import nn
 from unbiased.data import Benchmark, Split, bias_targets
 from unbiased.methods.base import ERM, BiasHead
 from unbiased.methods.grad_reversal import BiasHeadConfig, reverse_gradient
+from unbiased.models import MODELS, uint8_levels
 from unbiased.settings import setting
 
 # Kim et al.'s reversal scale (trainer.py's GradReverse); their entropy weight, 0.01, is our
@@ -43,19 +55,69 @@ from unbiased.settings import setting
 KIM_MU = 0.1
 
 
+# What lntl's bias heads read: z (a vector), or each pixel of a feature-map z.
+LNTL_HEADS: tuple[str, ...] = ("z", "map")
+# A pixel whose target is this is left out of the heads' losses (F.cross_entropy's default).
+IGNORED = -100
+
+
 @dataclass
 class LNTLConfig(BiasHeadConfig):
     """`lam` weighs the heads' negative entropy in g's loss; `mu` scales the reversed bias
     cross-entropy that reaches g from the heads' own update (only when lam > 0)."""
 
+    reads_map_z: ClassVar[bool] = True
+
     mu: float = setting(
         KIM_MU, "lntl: scale of the bias heads' gradient reversed into g (Kim et al.'s 0.1)",
         ge=0)
+    lntl_heads: str = setting(
+        "z", "lntl: the bias heads read z (an MLP per bias group, the bias from c), or map: "
+             "Kim et al.'s heads on a feature-map z (--model kim_convnet), per pixel, each "
+             "predicting its input channel's value bin there", choices=LNTL_HEADS)
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        map_z = self.model in MODELS and MODELS[self.model].map_channels > 0
+        if self.lntl_heads == "map" and not map_z:
+            problems.append(f"lntl_heads 'map' needs a model whose z is a feature map "
+                            f"(kim_convnet), got model {self.model!r}")
+        if map_z and self.lntl_heads != "map":
+            problems.append(f"model {self.model!r} gives a feature-map z: lntl reads it with "
+                            f"lntl_heads 'map', got {self.lntl_heads!r}")
+        return problems
+
+
+class PixelHeads(nn.Module):
+    """Kim et al.'s colour heads (one `Predictor` per input channel: conv 3x3 -> BatchNorm ->
+    ReLU -> conv 3x3 to the bins) as one module; forward: the (N, bins, H, W) logits of
+    each head, a list."""
+
+    def __init__(self, in_channels: int, heads: int, classes: int):
+        super().__init__()
+        self.classes = classes
+        self.conv1 = nn.Conv2d(in_channels, heads * in_channels, kernel_size=3, padding=1)
+        self.bn1 = nn.BatchNorm2d(heads * in_channels)
+        self.conv2 = nn.Conv2d(heads * in_channels, heads * classes, kernel_size=3, padding=1,
+                               groups=heads)
+
+    def forward(self, z: torch.Tensor) -> list[torch.Tensor]:
+        return list(self.conv2(F.relu(self.bn1(self.conv1(z)))).split(self.classes, dim=1))
+
+
+def pixel_targets(x: torch.Tensor, bins: int, size: tuple[int, int]) -> torch.Tensor:
+    """(N, C, H, W) images in [0, 1] -> (N, C, *size) int64 targets, as Kim et al.'s
+    data_loader.py:44-52 makes them: the uint8 image resized with PIL's NEAREST (torch's
+    "nearest-exact": for 28 -> 14 the odd rows and columns), each channel's value v ->
+    v // (256 / bins), and IGNORED where v is 0 (the black background, per channel)."""
+    small = F.interpolate(uint8_levels(x.float()), size=tuple(size), mode="nearest-exact")
+    binned = torch.div(small, 256 // bins, rounding_mode="floor").long()
+    return binned.masked_fill_(small == 0, IGNORED)
 
 
 def negative_entropy(logits: list[torch.Tensor]) -> torch.Tensor:
-    """Mean over heads of the batch mean of sum_k p_k log p_k (its minimum, -log #classes,
-    is a uniform prediction)."""
+    """Mean over heads of the mean over the batch (its images, or every pixel of them) of
+    sum_k p_k log p_k (its minimum, -log #classes, is a uniform prediction)."""
     return torch.stack([(F.softmax(lg, dim=1) * F.log_softmax(lg, dim=1)).sum(1).mean()
                         for lg in logits]).mean()
 
@@ -71,18 +133,37 @@ class LNTL(ERM):
     def __init__(self, bench: Benchmark, cfg: LNTLConfig, seed: int,
                  device: torch.device | str = "cpu"):
         super().__init__(bench, cfg, seed, device)
+        classes = bench.bias_classes
         with self.own_init():
-            self.heads = nn.ModuleList(
-                BiasHead(bench.z_dim, (k,), cfg.head_hidden) for k in bench.bias_classes
-            ).to(self.device)
-        self.head_opt = torch.optim.Adam(self.heads.parameters(), lr=cfg.head_lr or cfg.lr,
-                                         fused=self.fused)
+            if cfg.lntl_heads == "map":
+                if len(set(classes)) != 1:
+                    raise ValueError(f"lntl_heads 'map' needs as many bins for every input "
+                                     f"channel, got bias classes {classes}")
+                heads: nn.Module = PixelHeads(MODELS[cfg.model].map_channels, len(classes),
+                                              classes[0])
+            else:
+                heads = nn.ModuleList(BiasHead(bench.z_dim, (k,), cfg.head_hidden)
+                                      for k in classes)
+            self.heads = heads.to(self.device)
+        self.head_opt = self.optimizer(list(self.heads.parameters()), cfg.head_lr or cfg.lr)
 
     def modules(self) -> dict[str, nn.Module]:
         return {**super().modules(), "heads": self.heads}
 
+    def adversary_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.head_opt]
+
     def head_logits(self, z: torch.Tensor) -> list[torch.Tensor]:
+        """Each head's logits: (N, classes), or (N, classes, H, W) per pixel of a map z."""
+        if isinstance(self.heads, PixelHeads):
+            return self.heads(z)
         return [head(z)[0] for head in self.heads]
+
+    def head_targets(self, x: torch.Tensor, c: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """(N, heads) bias classes from c, or (N, heads, H, W) pixel targets from x."""
+        if isinstance(self.heads, PixelHeads):
+            return pixel_targets(x, self.bench.bias_classes[0], z.shape[-2:])
+        return bias_targets(c, self.bench.bias_classes)
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,7 +174,7 @@ class LNTL(ERM):
         loss_task, penalty = self.task_step(loss_task, lambda detach: negative_entropy(
             self.head_logits(z.detach() if detach else z)))
         # 2. the heads on the bias, reversed into g (scaled by mu).
-        targets = bias_targets(c, self.bench.bias_classes)
+        targets = self.head_targets(x, c, z)
         reverse = self.cfg.lam > 0 and self.cfg.mu > 0
         if reverse:
             z_head = reverse_gradient(self._features(x), self.cfg.mu)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,8 @@ THETA_UPDATES: tuple[str, ...] = ("separate", "joint")
 @dataclass
 class MIBackpropConfig(TrainConfig):
     """Algorithm 1's own hyper-parameters (besides lam, batch_size, lr)."""
+
+    reads_map_z: ClassVar[bool] = False
 
     K: int = setting(80, "MINE steps per model step", ge=1, axis=True)
     mine_lr: float = setting(1e-4, "learning rate of the statistics network", gt=0)
@@ -121,8 +124,11 @@ class MIBackprop(ERM):
     has_mi_estimator = True
     cfg: MIBackpropConfig
 
-    def scheduled_optimizers(self) -> list[torch.optim.Optimizer]:
+    def model_optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.model_opt] + ([self.mi_opt] if self.mi_opt is not None else [])
+
+    def adversary_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.mine_opt]
 
     def __init__(self, bench: Benchmark, cfg: MIBackpropConfig, seed: int,
                  device: torch.device | str = "cpu"):
@@ -135,7 +141,7 @@ class MIBackprop(ERM):
         self.mi_opt: torch.optim.Optimizer | None = None
         if cfg.theta_update == "separate" and cfg.lam > 0:
             mi_lr = cfg.mi_lr if cfg.mi_lr is not None else cfg.lr * cfg.lam
-            self.mi_opt = torch.optim.Adam(self.g.parameters(), lr=mi_lr, fused=self.fused)
+            self.mi_opt = self.optimizer(list(self.g.parameters()), mi_lr)
         if cfg.mine_optimizer == "adam":
             self.mine_opt: torch.optim.Optimizer = torch.optim.Adam(
                 self.mine.parameters(), lr=cfg.mine_lr, fused=self.fused)
