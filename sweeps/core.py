@@ -37,10 +37,11 @@ from sweeps.ray_init import init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from unbiased.benchmarks.spec import BenchmarkSpec
+from unbiased.settings import WARM_FROM
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
 RUN_KEYS = ("epochs", "device", "mi_eval_steps", "mi_eval_every", "select_epoch",
-            "deterministic")
+            "deterministic", "warm_start")
 # Values the driver uses itself; they never reach a trial as such.
 DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
                          "scheduler", "samples", "lam_range", "weights", "method_lam"})
@@ -291,6 +292,8 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
         points, finished, done_line = take_done(spec, args, points)
+        if args.values.get("warm_start"):
+            points = warm_sources(spec, args, points)
         trials = bundle_points(points, args.bundle, spec.fixed_values(args.values))
         if args.bundle > 1 and len(points) > 1 and len(trials) == len(points):
             done_line = [*done_line, f"--bundle {args.bundle}: no two trials can share one "
@@ -346,6 +349,36 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     return 0 if all_ok(df) else 1
 
 
+def baseline_key(spec: GridSpec, point: dict) -> tuple:
+    """What a lam > 0 point shares with the lam = 0 trial it warm-starts from: its data
+    point and seed."""
+    return (*(point.get(axis) for axis in spec.data_axes), point["seed"])
+
+
+def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict]) -> list[dict]:
+    """--warm-start: each lam > 0 point with the grid index of its lam = 0 trial
+    (`WARM_FROM`), which then must be among the points to run."""
+    if args.bundle > 1:
+        raise SweepError("--warm-start runs each trial on its own: drop --bundle")
+    baselines = {baseline_key(spec, p): i for i, p in enumerate(points) if p["lam"] == 0}
+    out = []
+    for point in points:
+        if point["lam"] > 0:
+            source = baselines.get(baseline_key(spec, point))
+            if source is None:
+                raise SweepError(f"--warm-start: the trial {_describe(spec, point)} starts "
+                                 f"from the lam = 0 trial of its point and seed, which this "
+                                 f"sweep does not run: add 0 to --lam")
+            point = {**point, WARM_FROM: source}
+        out.append(point)
+    return out
+
+
+def _describe(spec: GridSpec, point: dict) -> str:
+    return ", ".join(f"{k} {point[k]}" for k in ("method", *spec.data_axes, "lam", "seed")
+                     if point.get(k) is not None)
+
+
 def check_local_gpu(args: SweepArgs) -> None:
     """A local sweep (no --address) that asks for a GPU on a machine torch sees none on would
     wait forever for Ray to place its trials (--gpus-per-trial) or fail every trial
@@ -379,8 +412,21 @@ def take_done(spec: GridSpec, args: SweepArgs, points: list[dict]
         return points, [], []
     rows = read_done(source, spec.param_keys())
     todo, finished = split_done(source, rows, points, spec.fixed_values(args.values))
-    return todo, finished, [f"{len(finished)} of {len(points)} trials finished in {source}: "
-                            f"not run again, their rows join the results"]
+    lines = [f"{len(finished)} of {len(points)} trials finished in {source}: not run again, "
+             f"their rows join the results"]
+    if args.values.get("warm_start"):
+        # A lam = 0 trial whose checkpoint a trial still to run starts from is run again:
+        # the rows of an earlier run carry no checkpoint.
+        needed = {baseline_key(spec, p) for p in todo if p["lam"] > 0}
+        again = [(p, own) for p, own in finished if p["lam"] == 0
+                 and baseline_key(spec, p) in needed]
+        if again:
+            finished = [pair for pair in finished if all(pair is not a for a in again)]
+            rerun = [id(p) for p, _ in again]
+            todo = [p for p in points if id(p) in rerun or any(p is t for t in todo)]
+            lines.append(f"--warm-start: {len(again)} of them run again, for the checkpoint "
+                         f"the trials still to run start from")
+    return todo, finished, lines
 
 
 def keep_done(args: SweepArgs, finished: list[tuple[dict, pd.DataFrame]]) -> None:
@@ -411,8 +457,10 @@ def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
     for line in notes:
         print(line)
     keys = [k for k in spec.param_keys() if any(p.get(k) is not None for _, p in points)]
-    rows = [{**({"bundle": i} if bundled else {}),
-             **{k: "-" if p.get(k) is None else p[k] for k in keys}} for i, p in points]
+    warm = any(WARM_FROM in p for _, p in points)  # --warm-start: which trial each starts from
+    rows = [{**({"bundle": i} if bundled else {}), **({"trial": i} if warm else {}),
+             **{k: "-" if p.get(k) is None else p[k] for k in keys},
+             **({"starts_from": p.get(WARM_FROM, "-")} if warm else {})} for i, p in points]
     print(pd.DataFrame(rows, dtype=object).to_string(index=False))
     fixed = spec.fixed_values(args.values)
     print("shared: " + ", ".join(f"{k}={fixed[k]}" for k in sorted(fixed)))

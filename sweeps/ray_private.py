@@ -154,6 +154,17 @@ def controller_trials(tune_controller) -> list:
     return tune_controller.get_trials()
 
 
+def hold_trial(trial) -> None:
+    """Keep a trial Tune has just added (a scheduler's `on_trial_add`) from starting until
+    the scheduler's `choose_trial_to_run` returns it. Tune's controller starts every PENDING
+    trial that fits (tune_controller.TuneController._maybe_add_actors) and files a trial
+    under its status once `on_trial_add` returns; a PAUSED trial it starts only when the
+    scheduler chooses it (a never-started one then starts fresh)."""
+    from ray.tune.experiment import Trial
+
+    trial.set_status(Trial.PAUSED)
+
+
 def scheduler_mode(scheduler) -> str | None:
     """The mode ("min"/"max") a trial scheduler ranks its metric by: TrialScheduler keeps it
     in `_mode` (its metric has a public property, its mode none). Only the tests read it."""

@@ -6,6 +6,8 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
 from sweeps import ray_private
+from sweeps.common import POINT_KEY
+from unbiased.settings import WARM_FROM
 
 
 def grid_position(trial_id: object) -> tuple[int, str]:
@@ -21,12 +23,34 @@ class GridOrderScheduler(FIFOScheduler):
     on --resume too. Tune's FIFO takes its trial list's order, which a restore rebuilds from
     a dict in the saved state and re-sorts by last result: a resumed grid would jump to later
     seeds and to the competitors while the first seed's trials wait, and a grid cut off
-    again would hold no whole seed."""
+    again would hold no whole seed.
+
+    A warm-started trial (WARM_FROM in its point: sweeps.core.warm_sources) is held from its
+    addition until the trial it starts from has ended: Tune starts every pending trial that
+    fits, whatever the scheduler prefers."""
+
+    def on_trial_add(self, tune_controller, trial: Trial) -> None:
+        super().on_trial_add(tune_controller, trial)
+        if trial.status == Trial.PENDING and not source_ended(
+                trial, ray_private.controller_trials(tune_controller)):
+            ray_private.hold_trial(trial)
 
     def choose_trial_to_run(self, tune_controller) -> Trial | None:
+        trials = ray_private.controller_trials(tune_controller)
         for status in (Trial.PENDING, Trial.PAUSED):
-            waiting = [t for t in ray_private.controller_trials(tune_controller)
-                       if t.status == status]
+            waiting = [t for t in trials if t.status == status and source_ended(t, trials)]
             if waiting:
                 return min(waiting, key=grid_position)
         return None
+
+
+def source_ended(trial: Trial, trials: list[Trial]) -> bool:
+    """Whether the trial a warm-started `trial` starts from has ended (finished, or failed:
+    the warm start then fails, saying why); True for any other trial."""
+    source = (trial.config.get(POINT_KEY) or {}).get(WARM_FROM)
+    if source is None:
+        return True
+    for other in trials:
+        if grid_position(other.trial_id)[0] == source:
+            return other.status in (Trial.TERMINATED, Trial.ERROR)
+    return True

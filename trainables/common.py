@@ -38,7 +38,7 @@ from trainables.session import (
 )
 from unbiased.data import Benchmark
 from unbiased.methods import DEFAULT_METHOD, EpochStats, make_method
-from unbiased.settings import TrialSettings
+from unbiased.settings import WARM_FROM, TrialSettings
 from unbiased.stopping import (
     CRITERION,
     SELECT_EPOCH_RULES,
@@ -131,6 +131,7 @@ class Plan:
     every: int
     fail_at: int | None  # the fail_once_at_epoch test hook
     cuda_graphs: bool = False  # the fresh critics' steps replayed as CUDA graphs too
+    warm_from: int | None = None  # the grid index of the trial a warm start starts from
 
     @classmethod
     def of(cls, config: dict) -> Plan:
@@ -143,7 +144,9 @@ class Plan:
                    mi_steps=int(config.get("mi_eval_steps", _TRIAL.mi_eval_steps)),
                    every=int(config.get("mi_eval_every", _TRIAL.mi_eval_every)),
                    fail_at=None if fail_at is None else int(fail_at),
-                   cuda_graphs=bool(config.get("cuda_graphs", False)))
+                   cuda_graphs=bool(config.get("cuda_graphs", False)),
+                   warm_from=None if config.get(WARM_FROM) is None
+                   else int(config[WARM_FROM]))
 
     def for_lam(self, lam: float) -> Plan:
         """lam as the method reads it (its Config's default when the trial config has none).
@@ -209,6 +212,26 @@ def restore(algo, session: TrialSession, member: str = "") -> dict | None:
     for note in algo.load_state_dict(state):
         print(f"restore: {note}", flush=True)
     return state
+
+
+class WarmStartError(RuntimeError):
+    """The trial a warm start starts from left no checkpoint (it failed, or diverged)."""
+
+
+def warm_start(algo, session: TrialSession, source: int) -> str:
+    """A fresh trial started from the last checkpoint of the trial at grid index `source`
+    of the same sweep (its lam = 0 trial): g, f and their optimiser's state. Returns that
+    trial's id. Tune numbers a run's trials in grid order: <prefix>_<index, 5 digits>."""
+    prefix = session.trial_id().rpartition("_")[0]
+    source_id = f"{prefix}_{source:05d}"
+    files = session.checkpoint_of(source_id)
+    if files is None:
+        raise WarmStartError(f"warm start: trial {source_id} (the lam = 0 trial this one "
+                             f"starts from) left no checkpoint: it failed or diverged")
+    state = read_checkpoint(files)[""]
+    algo.warm_start(state)
+    print(f"warm start from trial {source_id} at its epoch {int(state['epoch'])}", flush=True)
+    return source_id
 
 
 def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
@@ -373,6 +396,8 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark],
     # A method without an MI estimator of its own reports mi and mi_batch as NaN.
     watched = ("loss_task", "penalty") + (("mi_batch", "mi") if algo.has_mi_estimator else ())
     restored = restore(algo, session)
+    if restored is None and plan.warm_from is not None:
+        warm_start(algo, session, plan.warm_from)
     rule = StoppingRecords(plan.criterion, restored) if plan.stopping else None
     start_epoch = algo.epoch + 1
     where = session.where()

@@ -139,6 +139,11 @@ def own_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if f.name in own]
 
 
+# A warm-started trial's config key (set by the sweep, not a flag): the grid index of the
+# lam = 0 trial whose checkpoint it starts from (`warm_start`).
+WARM_FROM = "warm_from"
+
+
 @dataclass
 class TrialSettings:
     """What the trainable reads from a trial's config besides the method's settings
@@ -158,6 +163,11 @@ class TrialSettings:
                 "(label-free stopping rules: mi_eval / mi_eval_cond every epoch, the lowest "
                 "among epochs that fit the training data and read above their prediction "
                 "floor; its row gets selected = True)", choices=SELECT_EPOCH_RULES)
+    warm_start: bool = setting(
+        False, "a trial with lam > 0 starts from the last checkpoint of the lam = 0 trial of "
+               "its grid point and seed (g and f with their BN statistics and optimiser "
+               "state), which the grid runs first: Kim et al. fine-tune LNTL from a trained "
+               "baseline")
     deterministic: bool = setting(
         False, "deterministic cuDNN and algorithms, TF32 off: on a GPU the same config and "
                "seed then repeat their numbers, as on CPU (slower)")

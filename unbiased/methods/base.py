@@ -55,7 +55,10 @@ class TrainConfig:
     lam: float = setting(1.0, "each method's penalty weight; 0 = plain ERM", ge=0, axis=True)
     # >= 2: a shuffle (and a batch statistic) needs two rows.
     batch_size: int = setting(1024, "mini-batch size", ge=2)
-    lr: float = setting(1e-4, "Adam learning rate of g and f", gt=0)
+    lr: float = setting(1e-4, "learning rate of g and f", gt=0)
+    baseline_lr: float | None = setting(
+        None, "learning rate of g and f in a lam = 0 trial (default: --lr); Kim et al. "
+              "train their baseline at 0.01 and fine-tune LNTL from it at 0.001", gt=0)
     # "cosine": every optimiser that moves g or f (the task's Adam and a method's own step on
     # g, mi_backprop's MI Adam) decays from its lr to 0 over `epochs`; the adversaries (MINE's
     # T, bias heads) keep theirs, so they can still follow a g that slows down. On a fast
@@ -173,7 +176,9 @@ class ERM:
                            else InputNorm(*INPUT_NORMS[cfg.input_norm]).to(self.device))
         # Fused optimiser kernels: one call per step instead of several per tensor.
         self.fused = self.device.type in ("cpu", "cuda")
-        self.model_opt = self.optimizer([*self.g.parameters(), *self.f.parameters()], cfg.lr)
+        # g and f's learning rate: the baseline's in a lam = 0 trial, if it has one.
+        self.lr = cfg.baseline_lr if cfg.lam == 0 and cfg.baseline_lr is not None else cfg.lr
+        self.model_opt = self.optimizer([*self.g.parameters(), *self.f.parameters()], self.lr)
         if cfg.compile:
             # Methods that backpropagate twice through one graph (retain_graph=True) need
             # donated buffers off for compiled backwards (process-wide).
@@ -408,6 +413,17 @@ class ERM:
             "gen": self.gen.get_state(), "method_gen": self.method_gen.get_state(),
             "rng_device": self.device.type, "torch_rng": torch.get_rng_state(),
             "cfg": asdict(self.cfg), **self.extra_state()})
+
+    def warm_start(self, state: dict) -> None:
+        """g and f, their BN statistics and their optimiser's state (momentum, Adam's
+        moments) from another trial's checkpoint (a baseline's, `warm_start`); the lr, the
+        epoch count, the generators and the method's own modules stay this trial's."""
+        self.g.load_state_dict(state["g"])
+        self.f.load_state_dict(state["f"])
+        self.model_opt.load_state_dict(state["model_opt"])
+        for group in self.model_opt.param_groups:
+            group["lr"] = self.lr
+            group.pop("base_lr", None)  # the schedule records this trial's on its first step
 
     def load_state_dict(self, state: dict) -> list[str]:
         """Restore a checkpoint written on any device (its tensors may be on any device:
