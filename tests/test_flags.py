@@ -43,7 +43,7 @@ CHANGED = {
     ("*", "--address"): {"help"},
     # Kim et al.'s step decay is a schedule; g and f's and a bias head's optimiser is
     # --optimizer's kind, not Adam always.
-    ("*", "--lr-schedule"): {"choices", "probes"},
+    ("*", "--lr-schedule"): {"choices", "probes", "help"},
     ("*", "--head-lr"): {"help"},
     ("*", "--lr"): {"help"},
     # The digits benchmark's `kim` preset: Kim et al.'s protocol.

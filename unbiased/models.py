@@ -252,3 +252,9 @@ class Model:
 MODELS: dict[str, Model] = {
     "kim_convnet": Model(kim_convnet, map_channels=KIM_MAP_CHANNELS),
 }
+
+
+def map_channels(model: str) -> int:
+    """The channels of the feature-map z of `model` (0: its z is a vector, as the benchmark's
+    own g's)."""
+    return MODELS[model].map_channels if model in MODELS else 0

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit
-from unbiased.models import INPUT_NORMS, MODELS, InputNorm, Model, linear_classifier
+from unbiased.models import INPUT_NORMS, MODELS, InputNorm, linear_classifier, map_channels
 from unbiased.settings import setting, setting_problems
 
 # Seed offsets of the streams a trial draws from besides the data order (the trial seed):
@@ -39,7 +39,6 @@ RESEED_EPOCH_STRIDE = 104_729
 # over the trial's `epochs` (step by step); or cut by `lr_step_rate` every `lr_step_epochs`
 # epochs (Kim et al.'s LambdaLR, stepped once an epoch).
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
-_VECTOR_Z = Model(build=lambda in_channels, num_classes: (nn.Identity(), nn.Identity()))
 # The optimiser of g and f and of the bias heads (MINE's critic has `mine_optimizer`).
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 
@@ -67,8 +66,9 @@ class TrainConfig:
     # given); a trial continued past it (a larger --epochs on --resume) stretches the rest of
     # the schedule.
     lr_schedule: str = setting(
-        "constant", "g and f's lr held, or decayed to 0 by a half cosine over --epochs "
-                    "(critics and bias heads keep theirs)", choices=LR_SCHEDULES)
+        "constant", "g and f's lr held, decayed to 0 by a half cosine over --epochs, or cut "
+                    "in steps (--lr-step-epochs, --lr-step-rate); critics and bias heads keep "
+                    "theirs unless --schedule-adversaries", choices=LR_SCHEDULES)
     lr_step_epochs: int = setting(
         40, "with --lr-schedule step: the lr falls by --lr-step-rate every this many epochs "
             "(Kim et al.'s 40)", ge=1)
@@ -118,7 +118,7 @@ class TrainConfig:
         if self.lr_schedule != "constant" and self.epochs is None:
             problems.append(f"lr_schedule {self.lr_schedule!r} needs the trial's epochs "
                             f"(>= 1), got none")
-        if not self.reads_map_z and MODELS.get(self.model, _VECTOR_Z).map_channels:
+        if not self.reads_map_z and map_channels(self.model):
             problems.append(f"model {self.model!r} gives a feature-map z, which this method "
                             f"reads as a vector (erm, and lntl with lntl_heads 'map', read "
                             f"maps)")

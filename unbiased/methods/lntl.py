@@ -47,7 +47,7 @@ from torch import nn
 from unbiased.data import Benchmark, Split, bias_targets
 from unbiased.methods.base import ERM, BiasHead
 from unbiased.methods.grad_reversal import BiasHeadConfig, reverse_gradient
-from unbiased.models import MODELS, uint8_levels
+from unbiased.models import map_channels, uint8_levels
 from unbiased.settings import setting
 
 # Kim et al.'s reversal scale (trainer.py's GradReverse); their entropy weight, 0.01, is our
@@ -78,7 +78,7 @@ class LNTLConfig(BiasHeadConfig):
 
     def problems(self) -> list[str]:
         problems = super().problems()
-        map_z = self.model in MODELS and MODELS[self.model].map_channels > 0
+        map_z = map_channels(self.model) > 0
         if self.lntl_heads == "map" and not map_z:
             problems.append(f"lntl_heads 'map' needs a model whose z is a feature map "
                             f"(kim_convnet), got model {self.model!r}")
@@ -139,7 +139,7 @@ class LNTL(ERM):
                 if len(set(classes)) != 1:
                     raise ValueError(f"lntl_heads 'map' needs as many bins for every input "
                                      f"channel, got bias classes {classes}")
-                heads: nn.Module = PixelHeads(MODELS[cfg.model].map_channels, len(classes),
+                heads: nn.Module = PixelHeads(map_channels(cfg.model), len(classes),
                                               classes[0])
             else:
                 heads = nn.ModuleList(BiasHead(bench.z_dim, (k,), cfg.head_hidden)
