@@ -185,6 +185,20 @@ def test_a_scheduler_is_given_the_controller_and_asks_it_for_the_trials():
     assert ray_private.controller_trials(controller) == ["a", "b"]
 
 
+def test_a_trial_a_scheduler_pauses_as_it_is_added_waits_to_be_chosen():
+    """ray_private.hold_trial: the controller asks the scheduler's on_trial_add before it
+    files the trial under its status, and starts on its own only the PENDING ones."""
+    import inspect
+
+    from ray.tune.execution.tune_controller import TuneController
+
+    add = inspect.getsource(TuneController.add_trial)
+    assert add.index("on_trial_add(") < add.index("status_str_map[trial.status].add(trial)")
+    start = inspect.getsource(TuneController._maybe_add_actors)
+    assert "choose_trial_to_run(" in start and "self._pending_trials_list" in start
+    assert "_paused_trials" not in start
+
+
 def test_a_schedulers_mode_is_where_the_adapter_reads_it():
     from ray.tune.schedulers import ASHAScheduler
 

@@ -58,6 +58,41 @@ def test_a_baseline_without_a_checkpoint_is_a_clear_error(build):
     assert session.reports == []
 
 
+def _trial(index: int, **point):
+    from ray.tune.experiment import Trial
+
+    return Trial("__fake", config={"point": point}, trial_id=f"abc_{index:05d}", stub=True)
+
+
+def test_the_scheduler_holds_a_warm_trial_until_its_source_has_ended():
+    """Tune starts every PENDING trial that fits; a held one is PAUSED until chosen."""
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+
+    from sweeps.scheduling import GridOrderScheduler
+
+    base, warm, other = _trial(0, lam=0.0), _trial(1, lam=0.01, **{WARM_FROM: 0}), _trial(2)
+    trials = [base, warm, other]
+    controller = SimpleNamespace(get_trials=lambda: trials)
+    scheduler = GridOrderScheduler()
+    for trial in trials:
+        scheduler.on_trial_add(controller, trial)
+    assert [t.status for t in trials] == [Trial.PENDING, Trial.PAUSED, Trial.PENDING]
+    assert scheduler.choose_trial_to_run(controller) is base
+    base.set_status(Trial.RUNNING)
+    assert scheduler.choose_trial_to_run(controller) is other
+    other.set_status(Trial.RUNNING)
+    assert scheduler.choose_trial_to_run(controller) is None  # held while its source runs
+    base.set_status(Trial.TERMINATED)
+    assert scheduler.choose_trial_to_run(controller) is warm
+    # --resume: Tune adds the saved trials again; one whose source has finished is not held
+    again = _trial(1, lam=0.01, **{WARM_FROM: 0})
+    trials[1] = again
+    scheduler.on_trial_add(controller, again)
+    assert again.status == Trial.PENDING
+
+
 KIM_TINY = ["--preset", "kim", "--sigma", "0.03,0.02", "--seeds", "0", "--dry-run"]
 
 
