@@ -419,7 +419,8 @@ def test_waiting_trials_start_in_the_grids_order_whatever_order_tune_lists_them(
     from sweeps.scheduling import GridOrderScheduler
 
     def trial(number: int, status: str) -> SimpleNamespace:
-        return SimpleNamespace(trial_id=f"1f693_{number:05d}", status=status)
+        return SimpleNamespace(trial_id=f"1f693_{number:05d}", status=status,
+                               config={"point": {"seed": 0}})
 
     # a restored trial list: a dict's order, the running ones first
     trials = [trial(1, Trial.RUNNING), trial(83, Trial.PENDING), trial(26, Trial.PENDING),
