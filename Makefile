@@ -18,6 +18,8 @@ ARGS ?=
 # Compiled as pip does: where PYTHONDONTWRITEBYTECODE is set (CI), every process would
 # otherwise compile torch and Ray again at each import (the suite took 1.5x as long).
 REQUIREMENTS := torch==2.14.1 torchvision==0.29.1 -e '.[dev,mlflow,wandb]'
+# ray[default] (the job server of the job test's head) beside the environment, not in it: in it,
+# every Ray the tests start would run the full dashboard agent (tools/ray_default_extras.py).
 UV_VERSION := 0.13.9
 
 $(VENV)/.installed: pyproject.toml
@@ -30,6 +32,7 @@ $(VENV)/.installed: pyproject.toml
 	  echo "uv not installable: installing with pip"; \
 	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet $(REQUIREMENTS); \
 	fi
+	$(PY) tools/ray_default_extras.py $(VENV)/ray-default
 	touch $@
 
 quick: $(VENV)/.installed

@@ -1,6 +1,7 @@
 """A real two-node Ray cluster on this machine: `ray start --head` plus `ray start --address`,
 then the digits driver joins it with `--address`: its two trials run one on each node, and
-when the worker node is lost, its trial goes on on the head from its last checkpoint.
+when the worker node is lost, its trial goes on on the head from its last checkpoint. A sweep
+submitted to the head with `ray job submit` runs on the same cluster.
 
 Isolation from the other Ray instances on this machine (the session's `ray_local`, other test
 runs): each node gets its own `--temp-dir` (so `ray_current_cluster` is written there, not in
@@ -37,6 +38,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.system]
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 STARTED = "Ray runtime started."
+# What `ray[default]` adds (its job server), installed beside the environment by the Makefile
+# (tools/ray_default_extras.py) and put on the head's PYTHONPATH only.
+RAY_DEFAULT = Path(sys.prefix) / "ray-default"
 
 
 def _free_port() -> int:
@@ -88,6 +92,8 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
 @dataclass
 class Cluster:
     address: str
+    dashboard: str  # the head's dashboard, where `ray job submit` goes
+    head_temp: Path  # the head's --temp-dir
     head: subprocess.Popen  # `ray start --head --block`
     worker: subprocess.Popen  # `ray start --address --block`
     worker_temp: Path  # the worker node's --temp-dir: its sessions, logs, trial directories
@@ -98,12 +104,18 @@ class Cluster:
 def two_nodes() -> Iterator[Cluster]:
     """Head (1 CPU, resource node_a) and worker (1 CPU, resource node_b), each with a
     temporary directory of its own, as on two machines, and both started with a local S3
-    API's settings (Tune's state goes to its bucket): a start and stop is ~25 s. The test
-    kills the worker node."""
+    API's settings (Tune's state goes to its bucket): a start and stop is ~25 s. The head runs
+    the dashboard's job server, with `ray[default]` on its PYTHONPATH and this environment's
+    `python` first on its PATH (a cluster's image has both). The last test kills the worker
+    node."""
+    if not (RAY_DEFAULT / "aiohttp_cors").is_dir():
+        pytest.fail(f"ray[default]'s packages are not in {RAY_DEFAULT}: the head's job server "
+                    f"needs them (make test installs them: python tools/ray_default_extras.py "
+                    f"{RAY_DEFAULT})")
     # Short paths: Ray's unix sockets live under them and must stay under 108 characters.
     temps = {name: tempfile.mkdtemp(prefix=f"rmn{name[0]}", dir="/tmp")
              for name in ("head", "worker")}
-    port = _free_port()
+    port, dashboard_port = _free_port(), _free_port()
     procs: list[subprocess.Popen] = []
     with s3_server(Path(temps["head"])) as s3:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -111,7 +123,8 @@ def two_nodes() -> Iterator[Cluster]:
         common = ["--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", "200000000",
                   "--disable-usage-stats", "--block"]
         nodes = [
-            ("head", ["--head", "--port", str(port), "--include-dashboard", "false",
+            ("head", ["--head", "--port", str(port), "--include-dashboard", "true",
+                      "--dashboard-port", str(dashboard_port),
                       "--resources", json.dumps({"node_a": 1})]),
             ("worker", ["--address", f"127.0.0.1:{port}",
                         "--resources", json.dumps({"node_b": 1})]),
@@ -119,19 +132,62 @@ def two_nodes() -> Iterator[Cluster]:
         try:
             for name, args in nodes:
                 log = Path(temps["head"]) / f"{name}.log"
+                node_env = env if name == "worker" else {
+                    **env, "PYTHONPATH": os.pathsep.join(
+                        filter(None, [str(RAY_DEFAULT), env.get("PYTHONPATH")])),
+                    "PATH": os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])}
                 with open(log, "w") as out:
                     procs.append(subprocess.Popen(
                         [RAY, "start", *args, "--dashboard-agent-listen-port",
-                         str(_free_port()), "--temp-dir", temps[name], *common], env=env,
+                         str(_free_port()), "--temp-dir", temps[name], *common], env=node_env,
                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
                 _wait_for(lambda log=log: STARTED in log.read_text(), f"{name} node", 120,
                           procs)
             assert _listening(port)
-            yield Cluster(f"127.0.0.1:{port}", procs[0], procs[1], Path(temps["worker"]), s3)
+            _wait_for(lambda: _listening(dashboard_port), "the head's dashboard", 60, procs)
+            yield Cluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}",
+                          Path(temps["head"]), procs[0], procs[1], Path(temps["worker"]), s3)
         finally:
             _stop(list(reversed(procs)))
     for temp in temps.values():
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_sweep_submitted_as_a_ray_job_runs_on_the_cluster_from_the_upload(two_nodes,
+                                                                            tmp_path):
+    """docs/CLUSTER.md's `ray job submit --working-dir . -- python sweeps/digits_grid.py ...`,
+    to the head's dashboard from this checkout: Ray uploads what .gitignore leaves (no .venv,
+    no .git), the entrypoint joins the head's cluster with no --address, its state goes to the
+    bucket (the cluster's storage rule), every epoch is reported once, and the outputs land at
+    the absolute --out and in the bucket."""
+    s3 = two_nodes.s3
+    out = tmp_path / "job"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_USAGE_STATS_ENABLED="0")
+    submitted = subprocess.run(
+        [RAY, "job", "submit", "--address", two_nodes.dashboard, "--working-dir", ".", "--",
+         "python", "sweeps/digits_grid.py", "--sigma", "0.03", "--lam", "1", "--seeds", "0",
+         "--epochs", "2", "--K", "2", "--batch-size", "256", "--mi-eval-steps", "20",
+         "--device", "cpu", "--cpus-per-trial", "1", *SMALL_NET,
+         "--storage-path", f"s3://{BUCKET}/job", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = submitted.stdout + submitted.stderr
+    assert submitted.returncode == 0 and "succeeded" in log, log[-3000:]
+    port = two_nodes.address.rsplit(":", 1)[1]
+    joined = [line for line in log.splitlines() if "Connected to Ray cluster" in line
+              or "Connecting to existing Ray cluster" in line]
+    assert joined and any(f":{port}" in line for line in joined), log[-3000:]
+    uploads = {path.resolve() for path in two_nodes.head_temp.glob(
+        "session_*/runtime_resources/working_dir_files/_ray_pkg_*") if path.is_dir()}
+    assert len(uploads) == 1, uploads
+    upload = uploads.pop()
+    assert (upload / "sweeps" / "digits_grid.py").is_file()
+    assert not (upload / ".venv").exists() and not (upload / ".git").exists()
+    df = pd.read_parquet(out / "results.parquet")
+    assert (df["status"] == "ok").all() and sorted(df["epoch"]) == [1, 2], df
+    keys = s3.keys(f"job/{out.name}")
+    assert f"job/{out.name}/digits_grid/tuner.pkl" in keys, keys
+    assert f"job/{out.name}/outputs/results.parquet" in keys, keys
 
 
 def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_nodes,

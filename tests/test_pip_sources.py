@@ -1,4 +1,5 @@
-"""tools/pip_sources.py: pip's configured sources handed to uv by the Makefile's install."""
+"""tools/pip_sources.py: pip's configured sources handed to uv by the Makefile's install; and
+tools/ray_default_extras.py, which installs ray[default] beside the environment."""
 
 from __future__ import annotations
 
@@ -39,3 +40,15 @@ def test_the_command_prints_one_line_of_pips_own_configuration():
                              capture_output=True, text=True, check=True).stdout
     assert printed.count("\n") == 1
     assert printed.split() == uv_flags(listed)
+
+
+def test_ray_defaults_extras_are_only_what_the_environment_lacks():
+    """tools/ray_default_extras.py installs, from a resolver's pinned output, the packages not
+    installed (names compared as pip normalises them): nothing that would shadow the
+    environment's own."""
+    from tools.ray_default_extras import missing
+
+    pinned = ["aiohttp-cors==0.8.1", "grpcio==1.85.3 ; python_version >= '3.9'",
+              "Google_API.core==2.44.0", "ray==2.58.1", "protobuf==6.33.0", "# via ray", ""]
+    assert missing(pinned, {"ray", "protobuf", "google-api-core"}) == [
+        "aiohttp-cors==0.8.1", "grpcio==1.85.3"]
