@@ -22,7 +22,7 @@ REQUIREMENTS := torch==2.14.1 torchvision==0.29.1 -e '.[dev,mlflow,wandb]'
 # every Ray the tests start would run the full dashboard agent (tools/ray_default_extras.py).
 UV_VERSION := 0.13.9
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tools/ray_default_extras.py
 	$(PYTHON) -m venv $(VENV)
 	if $(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); then \
 	  $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
