@@ -39,6 +39,39 @@ def saved_trial_id(entry: list) -> str:
     return json.loads(entry[0])["trial_id"]
 
 
+def saved_checkpoint_path(entry: list) -> str | None:
+    """The latest checkpoint one entry of TRIAL_DATA names (None: none yet). The run metadata
+    (ray.tune.trainable.metadata._TrainingRunMetadata, JSON by TuneFunctionEncoder) holds the
+    trial's checkpoint manager cloudpickled (ray.train._internal.checkpoint_manager
+    ._CheckpointManager), whose `_latest_checkpoint_result` is a _TrainingResult(checkpoint,
+    metrics). Only for a state this sweep's Tune wrote: decoding it runs cloudpickle."""
+    from ray.tune.utils.serialization import TuneFunctionDecoder
+
+    metadata = TuneFunctionDecoder(allow_cloudpickle=True).decode(entry[1])
+    latest = getattr(metadata.get("checkpoint_manager"), "_latest_checkpoint_result", None)
+    return None if latest is None else latest.checkpoint.path
+
+
+def name_saved_checkpoint(entry: list, path: str, metrics: dict) -> None:
+    """Make a local directory `path` the latest and only checkpoint one entry of TRIAL_DATA
+    names, reported with `metrics` (the trial's result row that came with it), re-encoded as
+    Tune writes its run metadata (json.dumps(indent=2, cls=TuneFunctionEncoder)); the
+    checkpoint manager's `_checkpoint_results` is what `num_to_keep` keeps."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.utils.serialization import TuneFunctionDecoder, TuneFunctionEncoder
+
+    metadata = TuneFunctionDecoder(allow_cloudpickle=True).decode(entry[1])
+    manager = metadata["checkpoint_manager"]
+    before = manager._latest_checkpoint_result
+    filesystem = before.checkpoint.filesystem if before is not None else None
+    result = _TrainingResult(checkpoint=Checkpoint(path, filesystem=filesystem),
+                             metrics=metrics)
+    manager._latest_checkpoint_result = result
+    manager._checkpoint_results = [result]
+    entry[1] = json.dumps(metadata, indent=2, cls=TuneFunctionEncoder)
+
+
 # -- where the driver stages Tune's files ------------------------------------------------------
 
 def ray_temp_dir() -> Path:

@@ -20,7 +20,12 @@ from sweeps.common import SweepError, flat_config
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import finished
 from sweeps.signals import QuietUnstarted, StopSignals
-from sweeps.tune_state import order_restored_grid, order_saved_trials, saved_state
+from sweeps.tune_state import (
+    name_checkpoints_on_disk,
+    order_restored_grid,
+    order_saved_trials,
+    saved_state,
+)
 
 
 def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space: dict,
@@ -87,6 +92,9 @@ def restored_tuner(args: SweepArgs, exp_path: str, trainable):
     from ray import tune
 
     print(f"resuming {exp_path}", flush=True)
+    for named in name_checkpoints_on_disk(exp_path):
+        print(f"resume: a kill had left Tune's state naming a deleted checkpoint; "
+              f"{named}", flush=True)
     fifo = args.values.get("scheduler", "fifo") == "fifo"
     if fifo:
         order_saved_trials(exp_path)

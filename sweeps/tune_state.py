@@ -92,6 +92,61 @@ def repair_cut_off_state(storage: str, ray_temp: Path | None = None) -> list[str
     return done
 
 
+def _result_row(result_json: Path, checkpoint: str) -> dict | None:
+    """The row of a trial's result.json that came with `checkpoint` (its directory name)."""
+    try:
+        lines = result_json.read_text().splitlines()
+    except OSError:
+        return None
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short: not the one a checkpoint was registered with
+    return next((r for r in reversed(rows) if r.get("checkpoint_dir_name") == checkpoint),
+                None)
+
+
+def name_checkpoints_on_disk(exp_path: str) -> list[str]:
+    """Point each trial whose saved state names a deleted checkpoint at its newest one on
+    disk; return what was done. Tune registers a trial's new checkpoint, deletes the one
+    before (`num_to_keep=1`) and saves its experiment state only after that: a kill in
+    between leaves a state naming the deleted checkpoint, and Tune's restore then fails the
+    trial ("Could not recover from checkpoint as it does not exist on storage anymore")
+    each time it is retried. The newest checkpoint is named with the result.json row it was
+    registered with, as Tune would have saved it; a trial without that row is left as it
+    is. Local storage only (an object store's state is read as Tune wrote it)."""
+    from analysis.io import atomic_write_text
+
+    done: list[str] = []
+    if "://" in exp_path:
+        return done
+    for path in sorted(Path(exp_path).glob(ray_private.EXPERIMENT_STATE)):
+        try:
+            state = json.loads(path.read_text())
+            trials = state[ray_private.TRIAL_DATA]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a state this code knows: Tune reads it as it is
+        changed = False
+        for entry in trials:
+            named = ray_private.saved_checkpoint_path(entry)
+            if named is None or Path(named).exists() or not Path(named).parent.is_dir():
+                continue
+            later = sorted(p for p in Path(named).parent.glob("checkpoint_*")
+                           if p.is_dir() and p.name > Path(named).name)
+            row = _result_row(Path(named).parent / "result.json", later[-1].name) if later else None
+            if row is None:
+                continue
+            ray_private.name_saved_checkpoint(entry, str(later[-1]), row)
+            changed = True
+            done.append(f"{Path(named).parent.name}: {Path(named).name}, deleted, -> "
+                        f"{later[-1].name}")
+        if changed:
+            atomic_write_text(path, json.dumps(state))
+    return done
+
+
 def saved_state(exp_path: str) -> bool:
     """Whether Tune saved an experiment state to restore from (a driver killed in its first
     seconds leaves only tuner.pkl: there is nothing to resume, the sweep starts afresh)."""

@@ -128,6 +128,18 @@ def test_a_tune_run_saves_its_files_and_trials_as_the_adapter_reads_them(tiny_ru
     assert all(r.error is None for r in tiny_run.grid)
     # the ids the grid-order scheduler sorts by: <run>_<position in the grid>
     assert sorted(i.rpartition("_")[2] for i in saved) == ["00000", "00001", "00002"]
+    # the checkpoint a trial's run metadata names (none: this run reports without one), and
+    # one named in its place, read back as Tune's restore reads it
+    entry = list(entries[0])
+    assert ray_private.saved_checkpoint_path(entry) is None
+    named = str(exp / "trial" / "checkpoint_000001")
+    ray_private.name_saved_checkpoint(entry, named, {"training_iteration": 2})
+    assert ray_private.saved_checkpoint_path(entry) == named
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    manager = _TrainingRunMetadata.from_json_state(entry[1]).checkpoint_manager
+    assert manager.latest_checkpoint_result.checkpoint.path == named
+    assert manager.latest_checkpoint_result.metrics == {"training_iteration": 2}
 
 
 def test_the_driver_stages_tunes_files_where_the_repair_finds_them(tiny_run):
