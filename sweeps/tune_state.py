@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 
 from sweeps import ray_private
@@ -92,6 +93,22 @@ def repair_cut_off_state(storage: str, ray_temp: Path | None = None) -> list[str
     return done
 
 
+def _local_states(exp_path: str) -> Iterator[tuple[Path, dict, list]]:
+    """Each experiment state of a local experiment directory that reads as Tune's JSON:
+    (its path, the state, its TRIAL_DATA). Nothing for an object store's (read as Tune wrote
+    it) or a state this code does not know (Tune reads it as it is)."""
+    if "://" in exp_path:
+        return
+    for path in sorted(Path(exp_path).glob(ray_private.EXPERIMENT_STATE)):
+        try:
+            state = json.loads(path.read_text())
+            trials = state[ray_private.TRIAL_DATA]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(trials, list):
+            yield path, state, trials
+
+
 def _result_row(result_json: Path, checkpoint: str) -> dict | None:
     """The row of a trial's result.json that came with `checkpoint` (its directory name)."""
     try:
@@ -120,14 +137,7 @@ def name_checkpoints_on_disk(exp_path: str) -> list[str]:
     from analysis.io import atomic_write_text
 
     done: list[str] = []
-    if "://" in exp_path:
-        return done
-    for path in sorted(Path(exp_path).glob(ray_private.EXPERIMENT_STATE)):
-        try:
-            state = json.loads(path.read_text())
-            trials = state[ray_private.TRIAL_DATA]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not a state this code knows: Tune reads it as it is
+    for path, state, trials in _local_states(exp_path):
         changed = False
         for entry in trials:
             named = ray_private.saved_checkpoint_path(entry)
@@ -166,14 +176,10 @@ def order_saved_trials(exp_path: str) -> bool:
     from sweeps.scheduling import grid_position
 
     changed = False
-    if "://" in exp_path:
-        return changed
-    for path in sorted(Path(exp_path).glob(ray_private.EXPERIMENT_STATE)):
+    for path, state, trials in _local_states(exp_path):
         try:
-            state = json.loads(path.read_text())
-            trials = state[ray_private.TRIAL_DATA]
             keyed = [(grid_position(ray_private.saved_trial_id(t)), t) for t in trials]
-        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue  # not a state this code knows: Tune reads it as it is
         ordered = [t for _, t in sorted(keyed, key=lambda item: item[0])]
         if ordered != trials:
