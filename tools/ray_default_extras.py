@@ -37,7 +37,7 @@ def missing(pinned: list[str], installed: set[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        print("usage: python tools/ray_default_extras.py TARGET", file=sys.stderr)
         return 2
     target = Path(argv[0])
     requirement = f"ray[default]=={metadata.version('ray')}"
