@@ -109,14 +109,11 @@ def _local_states(exp_path: str) -> Iterator[tuple[Path, dict, list]]:
             yield path, state, trials
 
 
-def _result_row(result_json: Path, checkpoint: str) -> dict | None:
-    """The row of a trial's result.json that came with `checkpoint` (its directory name)."""
-    try:
-        lines = result_json.read_text().splitlines()
-    except OSError:
-        return None
+def _result_row(text: str, checkpoint: str) -> dict | None:
+    """The row of a trial's result.json (its text) that came with `checkpoint` (its
+    directory name)."""
     rows = []
-    for line in lines:
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except ValueError:
@@ -126,34 +123,73 @@ def _result_row(result_json: Path, checkpoint: str) -> dict | None:
 
 
 def name_checkpoints_on_disk(exp_path: str) -> list[str]:
-    """Point each trial whose saved state names a deleted checkpoint at its newest one on
-    disk; return what was done. Tune registers a trial's new checkpoint, deletes the one
+    """Point each trial whose saved state names a deleted checkpoint at its newest one in
+    storage; return what was done. Tune registers a trial's new checkpoint, deletes the one
     before (`num_to_keep=1`) and saves its experiment state only after that: a kill in
     between leaves a state naming the deleted checkpoint, and Tune's restore then fails the
     trial ("Could not recover from checkpoint as it does not exist on storage anymore")
-    each time it is retried. The newest checkpoint is named with the result.json row it was
-    registered with, as Tune would have saved it; a trial without that row is left as it
-    is. Local storage only (an object store's state is read as Tune wrote it)."""
+    each time it is retried. The newest checkpoint with a result.json row (one Tune
+    registered) is named with that row, as Tune would have saved it; a trial without one is
+    left as it is. Local directories and object stores alike, through pyarrow's filesystem of
+    `exp_path` (as Tune reads them); a state is rewritten whole (atomically on disk, one PUT
+    in a bucket)."""
+    from fnmatch import fnmatch
+
+    from pyarrow import fs as pafs
+
     from analysis.io import atomic_write_text
 
+    storage, root = pafs.FileSystem.from_uri(exp_path) if "://" in exp_path else (
+        pafs.LocalFileSystem(), str(Path(exp_path).resolve()))
+
+    def read(path: str) -> str | None:
+        try:
+            with storage.open_input_stream(path) as stream:
+                return stream.read().decode()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def listed(path: str) -> list:
+        try:
+            return storage.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        except OSError:
+            return []
+
     done: list[str] = []
-    for path, state, trials in _local_states(exp_path):
+    states = sorted(i.path for i in listed(root) if i.type == pafs.FileType.File
+                    and fnmatch(i.base_name, ray_private.EXPERIMENT_STATE))
+    for path in states:
+        try:
+            state = json.loads(read(path) or "")
+            trials = state[ray_private.TRIAL_DATA]
+        except (ValueError, KeyError, TypeError):
+            continue  # not a state this code knows: Tune reads it as it is
         changed = False
         for entry in trials:
             named = ray_private.saved_checkpoint_path(entry)
-            if named is None or Path(named).exists() or not Path(named).parent.is_dir():
+            if named is None or storage.get_file_info(named).type != pafs.FileType.NotFound:
                 continue
-            later = sorted(p for p in Path(named).parent.glob("checkpoint_*")
-                           if p.is_dir() and p.name > Path(named).name)
-            row = _result_row(Path(named).parent / "result.json", later[-1].name) if later else None
-            if row is None:
+            trial_dir, name = named.rstrip("/").rsplit("/", 1)
+            later = sorted((i.base_name for i in listed(trial_dir)
+                            if i.type == pafs.FileType.Directory
+                            and fnmatch(i.base_name, "checkpoint_*") and i.base_name > name),
+                           reverse=True)
+            # The newest Tune registered: a kill can also cut a trial's upload of its next
+            # checkpoint from the report that would have registered it (no row yet).
+            results = read(f"{trial_dir}/result.json") or ""
+            found = next(((c, row) for c in later if (row := _result_row(results, c))), None)
+            if found is None:
                 continue
-            ray_private.name_saved_checkpoint(entry, str(later[-1]), row)
+            ray_private.name_saved_checkpoint(entry, f"{trial_dir}/{found[0]}", found[1])
             changed = True
-            done.append(f"{Path(named).parent.name}: {Path(named).name}, deleted, -> "
-                        f"{later[-1].name}")
-        if changed:
-            atomic_write_text(path, json.dumps(state))
+            done.append(f"{trial_dir.rsplit('/', 1)[-1]}: {name}, deleted, -> {found[0]}")
+        if not changed:
+            continue
+        if isinstance(storage, pafs.LocalFileSystem):
+            atomic_write_text(Path(path), json.dumps(state))
+        else:
+            with storage.open_output_stream(path) as stream:
+                stream.write(json.dumps(state).encode())
     return done
 
 

@@ -74,13 +74,18 @@ def test_a_sweep_on_s3_stopped_by_sigterm_resumes_from_the_bucket_alone(tmp_path
     """Tune's state and checkpoints in a bucket of a real S3 API (tests/s3.py). A sweep
     stopped by SIGTERM mid-trial, with the machine's OUT then gone (a head after `ray down`),
     resumes from the bucket alone: each trial goes on from its checkpoint, read back from the
-    bucket; every epoch is reported once; the outputs land in the bucket as well."""
+    bucket, one of them though the state in the bucket names its deleted checkpoint (a kill
+    right after Tune deleted it leaves that); every epoch is reported once; the outputs land
+    in the bucket as well."""
+    import json
+    import re
     import shutil
     import signal
     import time
 
     import pandas as pd
 
+    from sweeps.ray_private import TRIAL_DATA, name_saved_checkpoint, saved_checkpoint_path
     from tests.conftest import SMALL_NET
     from tests.s3 import BUCKET, s3_server
 
@@ -124,11 +129,34 @@ def test_a_sweep_on_s3_stopped_by_sigterm_resumes_from_the_bucket_alone(tmp_path
         assert len(saved) == 2 and unfinished, saved  # something left to resume
         shutil.rmtree(tmp_path / "head", ignore_errors=True)  # the head's disk, gone
         assert not out.exists()
+        # And the window a kill can land in (test_reliability.py's SIGKILL test has it on
+        # disk): Tune's state in the bucket naming a trial's checkpoint that Tune deleted.
+        window = sorted(unfinished)[0]
+        bucket = s3.filesystem()
+        for key in s3.keys(experiment):
+            if not re.search(r"/experiment_state-[^/]+\.json$", key):
+                continue
+            with bucket.open_input_stream(f"{BUCKET}/{key}") as stream:
+                state = json.loads(stream.read())
+            for entry in state[TRIAL_DATA]:
+                named = saved_checkpoint_path(entry)
+                if named and f"/{window}/" in named:
+                    stem, index = named.rsplit("_", 1)
+                    deleted = f"{stem}_{int(index) - 1:06d}"
+                    assert not any(k.startswith(deleted.split("/", 1)[1] + "/")
+                                   for k in s3.keys(experiment))
+                    name_saved_checkpoint(entry, deleted, {
+                        "training_iteration": int(index),
+                        "checkpoint_dir_name": deleted.rsplit("/", 1)[1]})
+            with bucket.open_output_stream(f"{BUCKET}/{key}") as stream:
+                stream.write(json.dumps(state).encode())
         read_before = len(s3.requests("GET", "/checkpoint_"))
 
         resumed = subprocess.run([sys.executable, *args, "--resume"], cwd=ROOT, env=env,
                                  capture_output=True, text=True, timeout=600)
         assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+        assert f"naming a deleted checkpoint; {window}: checkpoint_" in resumed.stdout, (
+            resumed.stdout[-2000:])
         assert len(s3.requests("GET", "/checkpoint_")) > read_before  # read from the bucket
         df = pd.read_parquet(out / "results.parquet")
         reported = df.groupby("trial_id")["epoch"].apply(lambda e: tuple(sorted(e)))
