@@ -109,17 +109,18 @@ def _local_states(exp_path: str) -> Iterator[tuple[Path, dict, list]]:
             yield path, state, trials
 
 
-def _result_row(text: str, checkpoint: str) -> dict | None:
-    """The row of a trial's result.json (its text) that came with `checkpoint` (its
-    directory name)."""
-    rows = []
+def _checkpointed_rows(text: str) -> dict[str, dict]:
+    """A trial's result.json (its text): checkpoint directory name -> the row that came with
+    it (the last, where a resumed trial reported one twice)."""
+    rows: dict[str, dict] = {}
     for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
             continue  # a line cut short: not the one a checkpoint was registered with
-    return next((r for r in reversed(rows) if r.get("checkpoint_dir_name") == checkpoint),
-                None)
+        if isinstance(row, dict) and row.get("checkpoint_dir_name"):
+            rows[row["checkpoint_dir_name"]] = row
+    return rows
 
 
 def name_checkpoints_on_disk(exp_path: str) -> list[str]:
@@ -176,8 +177,8 @@ def name_checkpoints_on_disk(exp_path: str) -> list[str]:
                            reverse=True)
             # The newest Tune registered: a kill can also cut a trial's upload of its next
             # checkpoint from the report that would have registered it (no row yet).
-            results = read(f"{trial_dir}/result.json") or ""
-            found = next(((c, row) for c in later if (row := _result_row(results, c))), None)
+            rows = _checkpointed_rows(read(f"{trial_dir}/result.json") or "")
+            found = next(((c, rows[c]) for c in later if c in rows), None)
             if found is None:
                 continue
             ray_private.name_saved_checkpoint(entry, f"{trial_dir}/{found[0]}", found[1])
