@@ -2,7 +2,7 @@
 
 Ray's public API does not cover a few things the sweeps need: repairing and reordering Tune's
 saved state on --resume, a graceful stop on SIGTERM, Ray's processes out of the driver's
-process group, and the per-trial W&B and MLflow runs. What they need from Ray's internals
+process group, and the per-trial MLflow runs. What they need from Ray's internals
 (private modules, underscore attributes, file and JSON layouts, undocumented behaviour) is
 here, each with what it relies on and why; nothing else in the repository reaches past Ray's
 public API. tests/test_ray_adapter.py checks each against the installed Ray, so a Ray upgrade
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -202,72 +202,6 @@ def scheduler_mode(scheduler) -> str | None:
     """The mode ("min"/"max") a trial scheduler ranks its metric by: TrialScheduler keeps it
     in `_mode` (its metric has a public property, its mode none). Only the tests read it."""
     return scheduler._mode
-
-
-# -- W&B: one run per trial through Ray's callback ---------------------------------------------
-
-def wandb_queue_items():
-    """The kinds of item Ray's W&B callback queues for a trial's logging actor
-    (ray.air.integrations.wandb._QueueItem: RESULT, END)."""
-    from ray.air.integrations.wandb import _QueueItem
-
-    return _QueueItem
-
-
-def wandb_epoch_actor(log_of: Callable[[dict], dict]) -> type:
-    """Ray's per-trial W&B logging actor (ray.air.integrations.wandb._WandbLoggingActor),
-    logging `log_of(result)` at step = the result's epoch, and wandb shut down before run()
-    returns. Its run() loop calls `_handle_result(result) -> (log, config update)` for every
-    result and logs at step = log["training_iteration"]; `_wandb` is the wandb module."""
-    from ray.air.integrations.wandb import _WandbLoggingActor
-
-    class EpochActor(_WandbLoggingActor):
-        def _handle_result(self, result: dict) -> tuple[dict, dict]:
-            log = log_of(result)
-            epoch = result.get("epoch", result.get("training_iteration"))
-            log["training_iteration"] = int(epoch)  # the step Ray's loop logs at
-            return log, {}
-
-        def run(self) -> None:
-            """Ray's loop (log each queued result, finish at END), then wandb-core shut down
-            before returning. `wandb.finish()` only posts the run's close to wandb-core, which
-            writes the run file out when it handles it; Ray kills this actor and its child
-            processes as soon as run() returns, so under load wandb-core died first and the
-            offline run file lost every record it held (a trial's whole history, seen in CI).
-            `wandb.teardown()` waits for wandb-core to close its runs and exit."""
-            try:
-                super().run()
-            finally:
-                self._wandb.teardown()
-
-    return EpochActor
-
-
-def wandb_callback(actor: type) -> type:
-    """Ray's WandbLoggerCallback with `actor` as its logging actor class (the class
-    attribute `_logger_actor_cls`)."""
-    from ray.air.integrations.wandb import WandbLoggerCallback
-
-    class Callback(WandbLoggerCallback):
-        _logger_actor_cls = actor
-
-    return Callback
-
-
-def wandb_start_actor(callback, trial, **wandb_init_kwargs) -> None:
-    """Start a trial's logging actor with these wandb.init arguments (none of the results'
-    keys left out): `WandbLoggerCallback._start_logging_actor(trial, exclude_results, **kw)`."""
-    callback._start_logging_actor(trial, [], **wandb_init_kwargs)
-
-
-def wandb_stop_actors(callback, upload_timeout_s: float) -> None:
-    """Tell every logging actor still open to finish its run, and wait at most
-    `upload_timeout_s` for them at the experiment's end: the callback's open actors are the
-    keys of `_trial_logging_futures`, `_signal_logging_actor_stop(trial)` queues a trial's
-    END, and `_upload_timeout` bounds the wait in on_experiment_end."""
-    for trial in list(callback._trial_logging_futures):
-        callback._signal_logging_actor_stop(trial)
-    callback._upload_timeout = min(callback._upload_timeout, upload_timeout_s)
 
 
 # -- MLflow: one nested run per trial through Ray's callback -----------------------------------

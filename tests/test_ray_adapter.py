@@ -273,34 +273,6 @@ def test_ray_has_fate_sharing_on_linux():
 
 # -- W&B and MLflow through Ray's callbacks ----------------------------------------------------
 
-def test_rays_wandb_callback_has_the_hooks_the_tracker_overrides():
-    pytest.importorskip("wandb")
-    from ray.air.integrations.wandb import WandbLoggerCallback, _QueueItem, _WandbLoggingActor
-    from ray.tune.result import TRAINING_ITERATION
-
-    assert ray_private.wandb_queue_items() is _QueueItem
-    assert {"RESULT", "END"} <= set(_QueueItem.__members__)
-    assert params(_WandbLoggingActor.__init__)[:5] == [
-        "self", "logdir", "queue", "exclude", "to_config"]
-    assert params(_WandbLoggingActor._handle_result) == ["self", "result"]
-    run = _WandbLoggingActor.run
-    assert all(looks_up(run, n) for n in ("_handle_result", "_wandb", "TRAINING_ITERATION"))
-    assert TRAINING_ITERATION == "training_iteration"
-    assert looks_up(_WandbLoggingActor.__init__, "_wandb")
-
-    assert WandbLoggerCallback._logger_actor_cls is _WandbLoggingActor
-    assert params(WandbLoggerCallback._start_logging_actor) == [
-        "self", "trial", "exclude_results", "wandb_init_kwargs"]
-    assert params(WandbLoggerCallback._signal_logging_actor_stop) == ["self", "trial"]
-    assert looks_up(WandbLoggerCallback.on_experiment_end, "_upload_timeout")
-    callback = ray_private.wandb_callback(ray_private.wandb_epoch_actor(dict))(
-        project="p", upload_timeout=600)
-    assert callback._logger_actor_cls.__mro__[1] is _WandbLoggingActor
-    assert callback._trial_logging_futures == {} and callback._upload_timeout == 600
-    ray_private.wandb_stop_actors(callback, 5)
-    assert callback._upload_timeout == 5
-
-
 def test_rays_mlflow_callback_has_the_helper_the_tracker_uses(tmp_path):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient

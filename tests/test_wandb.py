@@ -4,8 +4,6 @@ sweeps run in tests/test_tracking.py, logged to MLflow and W&B at once)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +13,6 @@ pytest.importorskip("wandb", reason="the wandb extra: pip install -e '.[wandb]'"
 
 from sweeps.trackers.wandb_runs import offline_history, offline_records  # noqa: E402
 from tests.drivers import run_main  # noqa: E402
-from tests.test_tracking import ROOT  # noqa: E402
 
 
 def runs_of(out: Path) -> dict[str, dict[int, dict[str, float]]]:
@@ -76,47 +73,55 @@ def test_tracker_flags_are_checked_before_ray(args, needle, tmp_path):
     assert proc.returncode == 2 and needle in proc.stderr.strip().splitlines()[-1]
 
 
-# One trial's logging actor as Ray runs it (its class, fed by a list in place of Ray's queue
-# actor), then what Ray does once run() returns: kill the actor's child processes and the
-# actor. It prints the child processes still alive at that moment.
-ACTOR_LIFE = """
-import os, signal, sys
-from pathlib import Path
-from sweeps.ray_private import wandb_queue_items
-from sweeps.trackers.wandb_runs import _epoch_actor
-
-class Items:
-    def __init__(self, items):
-        self.items = list(items)
-    def get(self):
-        return self.items.pop(0)
-
-out = sys.argv[1]
-item = wandb_queue_items()
-items = [(item.RESULT, {"epoch": e, "test_acc": e / 10}) for e in (1, 2)]
-actor = _epoch_actor()(
-    logdir=out, queue=Items([*items, (item.END, None)]), exclude=[], to_config=[],
-    id="t1", project="p", dir=out, mode="offline")
-actor.run()
-children = [pid for task in Path(f"/proc/{os.getpid()}/task").iterdir()
+def _children() -> list[str]:
+    return [pid for task in Path(f"/proc/{os.getpid()}/task").iterdir()
             for pid in (task / "children").read_text().split()]
-print("alive after run:", children, flush=True)
-for pid in children:
-    os.kill(int(pid), signal.SIGKILL)
-os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 
-@pytest.mark.system
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
-def test_a_trials_run_file_is_whole_when_its_logging_actor_returns(tmp_path):
-    """Ray kills a logging actor and its children (wandb-core) as soon as run() returns;
-    wandb.finish() alone left wandb-core running with the run file not yet written out."""
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", ACTOR_LIFE, str(tmp_path)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=180)
-    assert "alive after run: []" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (path,) = (tmp_path / "wandb").glob("offline-run-*/run-t1.wandb")
-    run_id, history = offline_history(path)
-    assert run_id == "t1"
-    assert {step: m["test_acc"] for step, m in history.items()} == {1: 0.1, 2: 0.2}
+def test_every_point_is_a_run_of_its_own_written_out_when_the_experiment_ends(
+        tmp_path, monkeypatch, capfd):
+    """The callback as Tune drives it, with stand-in trials: a plain trial and a two-member
+    bundle are three runs open at once in this process, each with its own epochs. At the
+    experiment's end every run file is whole and wandb-core has exited (the driver may exit
+    at once: a SIGTERM'd sweep does). A run wandb refuses is a warning line, and the others
+    go on."""
+    from types import SimpleNamespace
+
+    from sweeps.trackers.wandb_runs import _trial_runs_callback
+    from trainables.bundle import MEMBERS_KEY
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    before = set(_children())
+    state = {"project": "p", "group": "g", "dir": str(tmp_path)}
+    callback = _trial_runs_callback()(state, ("lam",))
+    plain = SimpleNamespace(trial_id="t1", config={"method": "mi_backprop", "lam": 1.0})
+    bundle = SimpleNamespace(trial_id="t2", config={"method": "erm", MEMBERS_KEY: [
+        {"lam": 0.0, "seed": 0}, {"lam": 0.0, "seed": 1}]})
+    refused = SimpleNamespace(trial_id="t3", config={"method": "erm", "lam": 0.5})
+    for trial in (plain, bundle):
+        callback.log_trial_start(trial)
+    callback.state = {**state, "project": "no/slashes/allowed"}
+    callback.log_trial_start(refused)
+    callback.state = state
+    for epoch in (1, 2):
+        callback.log_trial_result(epoch, plain, {"epoch": epoch, "test_acc": epoch / 10,
+                                                 "training_iteration": epoch})
+        callback.log_trial_result(epoch, refused, {"epoch": epoch, "test_acc": 0.9})
+        # the bundle's second member diverged at epoch 2: it reports nothing more
+        member = {"m0/epoch": epoch, "m0/test_acc": 0.5 + epoch / 10, "training_iteration": epoch}
+        if epoch == 1:
+            member |= {"m1/epoch": 1, "m1/test_acc": 0.3}
+        callback.log_trial_result(epoch, bundle, member)
+    callback.log_trial_end(plain)  # the bundle's runs are still open at the end
+    callback.on_experiment_end([plain, bundle, refused])
+
+    assert not set(_children()) - before, "wandb-core still running"
+    runs = {}
+    for path in (tmp_path / "wandb").glob("offline-run-*/run-*.wandb"):
+        run_id, history = offline_history(path)
+        runs[run_id] = {step: m["test_acc"] for step, m in history.items()}
+    assert runs == {"t1": {1: 0.1, 2: 0.2}, "t2_m0": {1: 0.6, 2: 0.7}, "t2_m1": {1: 0.3}}
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "W&B run" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: W&B run t3: start failed")

@@ -8,26 +8,27 @@ every metric it reports per epoch (step = epoch; an epoch without a value has no
 After the analysis a summary run of the group (job type `analysis`) holds the results, tables
 and figures as one artifact, `table.parquet` as a W&B table, and each trial's selected epoch.
 
-Ray Tune's `WandbLoggerCallback` does the logging (one logging actor per trial on the driver's
-node, so workers need no wandb). The run files go to OUT/wandb. `WANDB_MODE=offline` needs no
-account: the driver's last lines say how to upload them (`wandb sync`). `--resume` continues
-the same runs (same ids, `resume="allow"`); an epoch a trial re-runs after a stop is not
-logged twice (W&B keeps steps increasing). OUT/wandb.json keeps the project and group.
+A Tune callback logs on the driver, from one thread for all runs (workers need no wandb, and
+a trial costs no process of its own). The run files go to OUT/wandb. `WANDB_MODE=offline`
+needs no account: the driver's last lines say how to upload them (`wandb sync`). `--resume`
+continues the same runs (same ids, `resume="allow"`); an epoch a trial re-runs after a stop is
+not logged twice (W&B keeps steps increasing). OUT/wandb.json keeps the project and group.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import shlex
 import struct
+import sys
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweeps import ray_private
-from sweeps.common import SweepError, flat_config
+from sweeps.common import SweepError
 from sweeps.trackers.base import Tracker, grid_points, member_result, metrics_of, tags_of
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ if TYPE_CHECKING:
 
 STATE_FILE = "wandb.json"
 EXTRA = "pip install 'unbiased-mi[wandb]' (in a checkout: pip install -e '.[wandb]')"
-# How long the driver waits at the end for the logging actors to close their runs (offline:
-# seconds; online: the upload of the last epochs).
+# How long the driver waits at the end for the runs to be closed (offline: seconds; online: the
+# upload of the last epochs).
 UPLOAD_TIMEOUT_S = 300
 RUN_DIR = "wandb"  # under OUT: wandb.init(dir=OUT) keeps its runs in OUT/wandb
 
@@ -136,84 +137,129 @@ class WandbTracker(Tracker):
                 f"in {runs})"]
 
 
-def _epoch_actor() -> type:
-    """The logging actor Ray runs for each trial: its own metrics at step = its epoch."""
-    return ray_private.wandb_epoch_actor(metrics_of)
+class RunWriter:
+    """The W&B runs of a sweep's trials, written by one thread of the driver in the order they
+    were queued. Tune's loop only queues (online, a wandb.init is a request to the server),
+    and every run is one of the open runs of this process (reinit="create_new"), all through
+    one wandb-core: no process a trial. A run that cannot be started or written is a warning
+    line, not a failed sweep."""
 
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._write, name="wandb-runs", daemon=True)
+        self._thread.start()
 
-@dataclass(frozen=True)
-class MemberTrial:
-    """A `--bundle` member as the W&B callback sees a trial: its own id (the trial's +
-    "_m<i>", as in results.parquet), config and logging actor."""
+    def start(self, run_id: str, **init_kwargs) -> None:
+        """Open run `run_id` (wandb.init arguments; an open run is left as it is)."""
+        self._tasks.put(("start", run_id, init_kwargs))
 
-    trial_id: str
-    local_path: str
-    config: dict = field(hash=False, compare=False)
+    def log(self, run_id: str, metrics: dict[str, float], step: int) -> None:
+        self._tasks.put(("log", run_id, (metrics, step)))
 
-    def __str__(self) -> str:
-        return self.trial_id
+    def finish(self, run_id: str) -> None:
+        self._tasks.put(("finish", run_id, None))
+
+    def close(self, timeout_s: float) -> bool:
+        """Finish every open run and wait (at most `timeout_s`) until wandb-core has written
+        them out and exited; False if it had not by then."""
+        self._tasks.put(None)
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _write(self) -> None:
+        import wandb
+
+        runs: dict[str, object] = {}
+        while (task := self._tasks.get()) is not None:
+            kind, run_id, payload = task
+            try:
+                if kind == "start" and run_id not in runs:
+                    runs[run_id] = wandb.init(id=run_id, reinit="create_new", **payload)
+                elif kind == "log" and run_id in runs:
+                    metrics, step = payload
+                    runs[run_id].log(metrics, step=step)
+                elif kind == "finish" and run_id in runs:
+                    runs.pop(run_id).finish()
+            except Exception as e:  # W&B down or refusing: the sweep goes on without it
+                print(f"warning: W&B run {run_id}: {kind} failed: {e}", file=sys.stderr,
+                      flush=True)
+        for run_id, run in runs.items():
+            try:
+                run.finish()
+            except Exception as e:
+                print(f"warning: W&B run {run_id}: finish failed: {e}", file=sys.stderr,
+                      flush=True)
+        # finish() only posts each run's close to wandb-core, which writes the run file out
+        # when it handles it; teardown waits for that, and for wandb-core to exit.
+        wandb.teardown()
 
 
 def _trial_runs_callback():
-    """The callback class, built on first use: importing Ray's integration imports wandb."""
+    """The callback class, built on first use: importing Ray Tune takes seconds, which a
+    driver that stops at a bad flag should not spend."""
+    from ray.tune.logger import LoggerCallback
 
-    class TrialRuns(ray_private.wandb_callback(_epoch_actor())):
+    class TrialRuns(LoggerCallback):
         """One W&B run per grid point (a trial, or each member of a `--bundle` trial), id =
-        its trial id, config = its flat config, grid-point tags."""
+        its id in results.parquet, config = its flat config, grid-point tags; each epoch's
+        metrics at step = the epoch."""
 
         def __init__(self, state: dict, param_keys: tuple[str, ...]) -> None:
-            super().__init__(project=state["project"], group=state["group"],
-                             dir=state["dir"], resume="allow", job_type="trial")
+            self.state = state
             self.param_keys = param_keys
-            # The driver's WANDB_MODE, passed on: a Ray started before it was set would not
-            # hand it to the logging actors.
-            self.mode = os.environ.get("WANDB_MODE") or None
-            self.members: dict = {}  # a bundle trial -> its MemberTrials
+            self.points: dict[str, list[tuple[str, dict]]] = {}  # trial id -> its points
+            self.writer: RunWriter | None = None  # started with the first trial
 
-        def on_experiment_end(self, trials, **info) -> None:
-            """Tell every logging actor still open to finish its run first: a sweep stopped
-            by a signal ends no trial, and Ray's callback would wait for those actors up to
-            its upload timeout (30 min) before the driver could exit."""
-            ray_private.wandb_stop_actors(self, UPLOAD_TIMEOUT_S)
-            super().on_experiment_end(trials, **info)
+        def __getstate__(self) -> dict:
+            return {**self.__dict__, "writer": None}  # a thread is not saved with the Tuner
 
-        def _members_of(self, trial) -> list[MemberTrial] | None:
-            """A bundle trial's members (None for any other trial, and for a member)."""
-            if isinstance(trial, MemberTrial):
-                return None
-            points = grid_points(trial)
-            if points[0][0] == trial.trial_id:
-                return None
-            if trial not in self.members:
-                self.members[trial] = [MemberTrial(trial_id, trial.local_path, config)
-                                       for trial_id, config in points]
-            return self.members[trial]
+        def _points_of(self, trial) -> list[tuple[str, dict]]:
+            if trial.trial_id not in self.points:
+                self.points[trial.trial_id] = grid_points(trial)
+            return self.points[trial.trial_id]
 
         def log_trial_start(self, trial) -> None:
-            members = self._members_of(trial)
-            for point in members or [trial]:
-                config = flat_config(point.config)
+            if self.writer is None:
+                self.writer = RunWriter()
+            state = self.state
+            for run_id, config in self._points_of(trial):
                 name = " ".join(f"{k}={config[k]}" for k in self.param_keys if k in config)
-                ray_private.wandb_start_actor(
-                    self, point, id=point.trial_id, name=name or str(point),
-                    resume="allow", allow_val_change=True,
-                    group=self.group, project=self.project, dir=self.kwargs["dir"],
-                    job_type="trial", tags=_tags(config), mode=self.mode,
-                    config={k: v for k, v in config.items() if _plain(v)})
+                self.writer.start(
+                    run_id, name=name or run_id, resume="allow", allow_val_change=True,
+                    group=state["group"], project=state["project"], dir=state["dir"],
+                    job_type="trial", tags=_tags(config),
+                    config={k: v for k, v in config.items() if _plain(v)},
+                    # Every run is in the driver: the system metrics would be the driver
+                    # node's, and its console output in every run.
+                    settings={"console": "off", "x_disable_stats": True})
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-            members = self._members_of(trial)
-            if members is None:
-                super().log_trial_result(iteration, trial, result)
-                return
-            for i, member in enumerate(members):
-                own = member_result(result, i)
-                if own is not None:  # None: it diverged earlier
-                    super().log_trial_result(iteration, member, own)
+            if self.writer is None or trial.trial_id not in self.points:
+                self.log_trial_start(trial)
+            points = self._points_of(trial)
+            if points[0][0] == trial.trial_id:
+                own = [(trial.trial_id, result)]
+            else:  # a bundle: each member's part, None once it has diverged
+                own = [(run_id, member_result(result, i)) for i, (run_id, _) in
+                       enumerate(points)]
+            for run_id, part in own:
+                if part is not None:
+                    epoch = part.get("epoch", part.get("training_iteration"))
+                    self.writer.log(run_id, metrics_of(part), step=int(epoch))
 
         def log_trial_end(self, trial, failed: bool = False) -> None:
-            for point in self._members_of(trial) or [trial]:
-                super().log_trial_end(point, failed)
+            if self.writer is not None:
+                for run_id, _ in self._points_of(trial):
+                    self.writer.finish(run_id)
+
+        def on_experiment_end(self, trials, **info) -> None:
+            """Every run finished and written out, also when a signal stopped the sweep
+            (which ends no trial)."""
+            if self.writer is not None and not self.writer.close(UPLOAD_TIMEOUT_S):
+                print(f"warning: W&B runs not closed after {UPLOAD_TIMEOUT_S} s; their run "
+                      f"files in {Path(self.state['dir']) / RUN_DIR} may lack the last epochs",
+                      file=sys.stderr, flush=True)
+            self.writer = None
 
     return TrialRuns
 
