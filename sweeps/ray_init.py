@@ -51,5 +51,6 @@ def init_local_ray() -> None:
     Ray sets PR_SET_PDEATHSIG on them."""
     import ray
 
+    ray_private.no_prestarted_workers()
     with ray_private.ray_processes_in_own_sessions():
         ray.init(address="local", include_dashboard=False)

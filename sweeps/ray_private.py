@@ -14,6 +14,7 @@ Ray is imported inside the functions: the drivers' `--help` and the analysis nev
 from __future__ import annotations
 
 import json
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,6 +126,20 @@ def ray_processes_in_own_sessions() -> Iterator[bool]:
         yield True
     finally:
         services.ConsolePopen = popen
+
+
+# -- No idle workers for a local Ray ----------------------------------------------------------
+# A raylet prestarts one Python worker per CPU when the first driver connects (RayConfig
+# `prestart_worker_first_driver`, read from RAY_prestart_worker_first_driver by the raylet a
+# ray.init starts). Tune's trial actors never run in them: each carries a runtime env (Tune's
+# env vars, ray/tune/execution/class_cache.py), so Ray starts a worker of that env for it.
+PRESTART_ENV = "RAY_prestart_worker_first_driver"
+
+
+def no_prestarted_workers() -> None:
+    """A Ray this process starts from now on prestarts no worker (unless PRESTART_ENV is
+    already set)."""
+    os.environ.setdefault(PRESTART_ENV, "0")
 
 
 # -- Tune's run loop ---------------------------------------------------------------------------

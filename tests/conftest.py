@@ -165,6 +165,9 @@ def ray_local():
 
     # address="local": a fresh instance even when a `ray start` cluster runs on this machine
     # (tests/test_multinode.py, other sessions), never one found through ray_current_cluster.
+    from sweeps import ray_private
+
+    ray_private.no_prestarted_workers()  # as a sweep's local Ray (sweeps/ray_init.py)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

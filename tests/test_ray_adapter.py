@@ -1,7 +1,7 @@
 """Each Ray and Tune internal sweeps/ray_private.py relies on, checked against the installed Ray:
 a Ray upgrade that renames, reshapes or drops one fails here, by name, instead of in a sweep
-(a resume that cannot repair or reorder Tune's state, a stop that saves nothing, a lost W&B
-run). Shapes are read off Ray itself (signatures, class attributes, the names a function
+(a resume that cannot repair or reorder Tune's state, a stop that saves nothing, a lost
+MLflow run). Shapes are read off Ray itself (signatures, class attributes, the names a function
 looks up); file and JSON layouts and the stop signal off one tiny real Tune run."""
 
 from __future__ import annotations
@@ -271,7 +271,41 @@ def test_ray_has_fate_sharing_on_linux():
     assert utils.detect_fate_sharing_support()
 
 
-# -- W&B and MLflow through Ray's callbacks ----------------------------------------------------
+# A sweep's local Ray, watched for 4 s before any trial: the Python workers under its driver.
+NO_TRIAL_YET = """
+import os, time
+from sweeps.ray_init import init_local_ray
+from tests.processes import descendants
+
+init_local_ray()
+workers = set()
+for _ in range(8):
+    time.sleep(0.5)
+    for pid in descendants(os.getpid()):
+        try:
+            argv = open(f"/proc/{pid}/cmdline").read().split("\\0")
+        except OSError:
+            continue
+        if argv[0].startswith("ray::IDLE") or argv[1:2] and "_worker.py" in argv[1]:
+            workers.add(" ".join(argv[:2]))
+print("workers:", sorted(workers))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_a_sweeps_local_ray_starts_no_worker_before_a_trial_asks():
+    """Prestarted workers would be idle processes: a trial actor never runs in one (Tune gives
+    it a runtime env of its own)."""
+    env = {k: v for k, v in os.environ.items() if k != ray_private.PRESTART_ENV}
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", NO_TRIAL_YET], cwd=root, capture_output=True,
+                          text=True, timeout=120, env={**env, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "workers: []" in proc.stdout, proc.stdout[-2000:]
+
+
+# -- MLflow through Ray's callback -------------------------------------------------------------
 
 def test_rays_mlflow_callback_has_the_helper_the_tracker_uses(tmp_path):
     pytest.importorskip("mlflow")
