@@ -41,16 +41,16 @@ quick: $(VENV)/.installed
 # Two test processes, whole files each: a Ray test leaves a core idle much of its time and the
 # one-core tests fill it (docs/MEASURED.md, "The test suite's time").
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 -m "not ray and not system" $(ARGS)
 
 test-integration: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "ray and not system" $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "ray and not system" $(ARGS)
 
 test-system: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadfile -m system $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m system $(ARGS)
 
 # ~5 minutes on one GPU; writes bench/results/gpu/<device>.md. ARGS="--root DIR" for MNIST.
 gpu-check: $(VENV)/.installed
