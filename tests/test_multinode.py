@@ -221,14 +221,18 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
         # the driver's output, which lags), the worker node vanishes. Which trial that is, the
         # node's own disk says: Tune stages a trial's working directory on its node. The head's
         # trial may be ahead or behind: under load one started 15 s after the other.
+        # (The job test before this one left a trial directory of its own sweep there.)
         deadline = time.monotonic() + 300
         while True:
-            assert driver.poll() is None, driver.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "the worker node's trial did not checkpoint"
-            on_worker = {p.name for p in two_nodes.worker_temp.glob(WORKING_DIRS)}
-            at_kill = s3.checkpointed_epochs(experiment)
-            if len(on_worker) == 1 and at_kill.get(lost := on_worker.pop(), 0) >= 1:
+            at_kill = s3.checkpointed_epochs(experiment)  # the trials with a checkpoint
+            ours = {p.name for p in two_nodes.worker_temp.glob(WORKING_DIRS)} & set(at_kill)
+            if len(ours) == 1:
+                lost = ours.pop()
                 break
+            assert driver.poll() is None, ("the sweep ended before its trial on the worker "
+                                           "node was seen checkpointed\n"
+                                           + driver.stdout.read()[-3000:])
+            assert time.monotonic() < deadline, "the worker node's trial did not checkpoint"
             time.sleep(0.2)
         read_before = len(s3.requests("GET", "/checkpoint_"))
         victims = [two_nodes.worker.pid, *descendants(two_nodes.worker.pid)]
