@@ -95,7 +95,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Files with a system test first, then those with a Ray or a slow test, each file's tests
     # in their order: `make test` hands whole files to two workers in this order (--dist
     # loadfile --no-loadscope-reorder), so the minutes-long files start early and the short
-    # unit files even out the end (docs/MEASURED.md, "CI in 12 minutes").
+    # unit files even out the end (docs/MEASURED.md, "Toward CI in 12 minutes").
     tier: dict[str, int] = {}
     for item in items:
         rank = (0 if item.get_closest_marker("system") else
