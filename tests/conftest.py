@@ -101,8 +101,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         rank = (0 if item.get_closest_marker("system") else
                 1 if item.get_closest_marker("ray") or item.get_closest_marker("slow") else 2)
         tier[item.location[0]] = min(rank, tier.get(item.location[0], 2))
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (tier[item.location[0]], order[id(item)]))
+    items.sort(key=lambda item: tier[item.location[0]])  # stable: files keep their order
 
 
 def _ray_running_here() -> bool:
