@@ -22,7 +22,7 @@ from pathlib import Path
 from sweeps.common import ray_job_address, storage_uri_problem
 from unbiased.benchmarks.spec import BenchmarkSpec  # nothing heavy (no torch)
 from unbiased.method_catalogue import DEFAULT_METHOD, methods_help
-from unbiased.settings import TrialSettings, bounds
+from unbiased.settings import TrialSettings, bounds, trial_rule_problems
 
 
 def _list_of(kind: Callable[[str], float | int], check: Callable[[float], str | None]
@@ -455,6 +455,8 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
                      "OUT's own (which keeps the rows an earlier --done took)")
     if done is not None and not done.is_file():
         parser.error(f"argument --done: {done} is not a file")
+    for problem in trial_rule_problems(values):
+        parser.error(problem)
     check_tracker_flags(parser, ns)
     bundle = getattr(ns, "bundle", 1)
     if bundle > 1 and values.get("scheduler") == "asha":

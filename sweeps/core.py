@@ -41,7 +41,7 @@ from unbiased.settings import WARM_FROM
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
 RUN_KEYS = ("epochs", "device", "mi_eval_steps", "mi_eval_every", "select_epoch",
-            "deterministic", "warm_start")
+            "deterministic", "tf32", "warm_start")
 # Values the driver uses itself; they never reach a trial as such.
 DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
                          "scheduler", "samples", "lam_range", "weights", "method_lam"})

@@ -24,7 +24,7 @@ CONTRACT_COLUMNS = [
 # axes (unbiased/benchmarks/), then the generic ones.
 KEPT_COLUMNS = (*dict.fromkeys(c for spec in all_specs() for c in spec.result_columns()
                                if c not in CONTRACT_COLUMNS),
-                "node_id", "machine", "config",
+                "node_id", "machine", "precision", "torch", "cuda", "gpu", "config",
                 "mi_eval_cond", "selected_epoch", "penalty", "epoch_s", "eval_s",
                 "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
                 "selected_mi_eval_cond", "guarded_frac",

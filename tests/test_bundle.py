@@ -209,3 +209,35 @@ def test_members_that_cannot_share_a_bundle_are_named():
     assert "inner_z 'batch' only" in bundle_problems([fresh])[0]
     with pytest.raises(ValueError, match="differ in K"):
         MIBackpropBundle([base, other_k])
+
+
+def test_a_bf16_bundle_follows_its_members_run_alone_in_bf16():
+    # `--amp`: g under bf16 autocast in the bundle, as in a run alone. bf16 keeps 8 bits of
+    # mantissa and a vmapped kernel rounds elsewhere than a member's own, so float32 weights
+    # (autocast leaves float64 alone): each member's epoch loss and MI within bf16's relative
+    # precision of its run alone, and g's outputs in the bundle really bf16.
+    torch.set_num_threads(1)
+    bench = biased_tabular(n=192)
+    cfg = {**CRITIC, "theta_update": "separate", "amp": True}
+    alone = [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed) for lam, seed in POINTS]
+    stats_alone = [a.run_epoch() for a in alone]
+    members = [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed)
+               for lam, seed in POINTS]
+    bundle = MIBackpropBundle(members)
+    dtypes = set()
+    layers = [m for m in bundle.g.base.modules() if isinstance(m, torch.nn.Linear)]
+    assert layers
+    hook = layers[0].register_forward_hook(lambda _m, _i, out: dtypes.add(out.dtype))
+    stats_bundle = bundle.run_epoch()
+    hook.remove()
+    assert dtypes == {torch.bfloat16}
+    bf16 = 2.0 ** -8
+    for sa, sb in zip(stats_alone, stats_bundle, strict=True):
+        assert sa.loss_task == pytest.approx(sb.loss_task, rel=bf16)
+        assert sa.mi_batch == pytest.approx(sb.mi_batch, rel=2 * bf16, abs=1e-3)
+    for a, m in zip(alone, members, strict=True):
+        ea, em = a.evaluate(), m.evaluate()
+        assert ea.keys() == em.keys()
+        for key, value in ea.items():  # an accuracy may move by a few of the 192 rows
+            tol = 0.02 if key.endswith("acc") else 4 * bf16
+            assert math.isclose(value, em[key], rel_tol=tol, abs_tol=1e-3), (key, value)

@@ -146,6 +146,17 @@ def test_bad_value_exits_2_from_the_command_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_tf32_with_deterministic_is_one_error_line_before_anything_runs(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sweeps", "digits", "--tf32",
+                           "--deterministic", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert [text for text in lines if "error:" in text] == [lines[-1]]
+    assert "--tf32" in lines[-1] and "--deterministic" in lines[-1]
+    assert not (tmp_path / "out").exists()
+
+
 def _config_classes() -> list[type]:
     from unbiased.methods import METHODS
     from unbiased.settings import TrialSettings

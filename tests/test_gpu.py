@@ -121,15 +121,19 @@ def _weights_differ(a, b) -> float:
     return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
 
 
-def test_graphed_outer_steps_match_eager_ones(grey_digits, record_property, deterministic):
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
+def test_graphed_outer_steps_match_eager_ones(grey_digits, record_property, deterministic,
+                                              amp):
     """From the same state, 5 replayed outer steps (after 3 eager ones and the capture) move
-    every weight, moment and MINE average as 5 eager steps do, within float tolerance."""
+    every weight, moment and MINE average as 5 eager steps do, within float tolerance; under
+    bf16 autocast too (`--amp`: its weight cache off, each replay casts the weights anew)."""
     from unbiased.graphs import WARMUP_CALLS
 
     bench = _bench(grey_digits)
     runs = {}
     for graphs in (False, True):
-        algo = make_method("mi_backprop", bench, {**GRAPH_VALUES, "cuda_graphs": graphs},
+        algo = make_method("mi_backprop", bench, {**GRAPH_VALUES, "cuda_graphs": graphs,
+                                                  "amp": amp},
                            seed=0, device="cuda")
         train = algo.bench.train
         for step in range(WARMUP_CALLS + 5):
@@ -146,9 +150,9 @@ def test_graphed_outer_steps_match_eager_ones(grey_digits, record_property, dete
                         [s["exp_avg"].cpu() for s in algo.model_opt.state.values()])
     eager, graphed = runs[False], runs[True]
     largest = _weights_differ(eager[0], graphed[0])
-    record_property("graphed_vs_eager_weights", largest)
-    print(f"graphed vs eager after {WARMUP_CALLS + 5} steps: largest weight difference "
-          f"{largest:.3g}")
+    record_property(f"graphed_vs_eager_weights{'_bf16' if amp else ''}", largest)
+    print(f"graphed vs eager after {WARMUP_CALLS + 5} steps{' (bf16)' if amp else ''}: "
+          f"largest weight difference {largest:.3g}")
     assert largest < 1e-4
     assert abs(eager[1] - graphed[1]) < 1e-3
     assert eager[2] == graphed[2] == WARMUP_CALLS + 5
@@ -196,7 +200,8 @@ def test_a_capture_that_fails_says_why_and_runs_eager():
     assert graphed.failure is not None and not graphed.graphed
 
 
-def test_graphed_bundle_matches_the_eager_bundle(grey_digits, deterministic):
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16"])
+def test_graphed_bundle_matches_the_eager_bundle(grey_digits, deterministic, amp):
     from unbiased.graphs import WARMUP_CALLS
     from unbiased.methods.bundle import MIBackpropBundle
 
@@ -204,7 +209,7 @@ def test_graphed_bundle_matches_the_eager_bundle(grey_digits, deterministic):
     results = {}
     for graphs in (False, True):
         members = [make_method("mi_backprop", bench, {**GRAPH_VALUES, "lam": lam,
-                                                      "cuda_graphs": graphs},
+                                                      "cuda_graphs": graphs, "amp": amp},
                                seed=seed, device="cuda")
                    for seed, lam in ((0, 0.0), (1, 1.0))]
         bundle = MIBackpropBundle(members, draws="batched")

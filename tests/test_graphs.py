@@ -32,7 +32,8 @@ def test_obstacles_name_each_setting_a_capture_cannot_take():
     reasons = mi_backprop_graph_obstacles(
         MIBackpropConfig(inner_z="fresh", lr_schedule="cosine", epochs=3, amp=True,
                          compile=True), torch.device("cpu"))
-    assert [r.split()[0] for r in reasons] == ["the", "--inner-z", "--lr-schedule", "--amp",
+    # bf16 autocast is capturable (its weight cache is off): not an obstacle
+    assert [r.split()[0] for r in reasons] == ["the", "--inner-z", "--lr-schedule",
                                                "--compile"]
     assert "cpu" in reasons[0]
 

@@ -160,3 +160,19 @@ def test_a_diverged_member_is_reported_once_and_frozen_the_others_go_on(build):
     run_bundle(_bundle_config(points, epochs=3), build, more)
     assert [r["epoch"] for r in more.reports] == [3]
     assert _member_reports(more, "m1") == [] and len(_member_reports(more, "m2")) == 1
+
+
+def test_every_epoch_says_its_precision_and_tf32_with_deterministic_is_refused(build):
+    # On a CPU: fp32, or bf16-g with --amp (--tf32 changes nothing there: GPU matmuls);
+    # a bundle's members say theirs.
+    plain, amp = RecordingSession(), RecordingSession()
+    run_trial(_config(epochs=1, tf32=True), build, plain)
+    run_trial(_config(epochs=1, amp=True), build, amp)
+    assert [r["precision"] for r in plain.reports] == ["fp32"]
+    assert [r["precision"] for r in amp.reports] == ["bf16-g"]
+    bundled = RecordingSession()
+    run_bundle(_bundle_config(epochs=1, amp=True), build, bundled)
+    for i in range(len(POINTS)):
+        assert [r["precision"] for r in _member_reports(bundled, f"m{i}")] == ["bf16-g"]
+    with pytest.raises(ValueError, match="--tf32.*--deterministic"):
+        run_trial(_config(tf32=True, deterministic=True), build, RecordingSession())

@@ -20,6 +20,7 @@ from trainables.common import (
     Plan,
     StoppingRecords,
     close_epoch,
+    epoch_columns,
     start_trial,
     train_epoch,
 )
@@ -76,7 +77,7 @@ def run_bundle(config: dict, build: Callable[[dict], Benchmark],
         if key in diverged:
             bundle.freeze(i)
     start_epoch = reached + 1
-    where = session.where()
+    where = epoch_columns(config, device, session)
     fail_at = plans[0].fail_at
 
     for epoch in range(start_epoch, plans[0].epochs + 1):

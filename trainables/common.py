@@ -38,7 +38,7 @@ from trainables.session import (
 )
 from unbiased.data import Benchmark
 from unbiased.methods import DEFAULT_METHOD, EpochStats, make_method
-from unbiased.settings import WARM_FROM, TrialSettings
+from unbiased.settings import WARM_FROM, TrialSettings, trial_rule_problems
 from unbiased.stopping import (
     CRITERION,
     SELECT_EPOCH_RULES,
@@ -375,10 +375,31 @@ def start_trial(config: dict, session: TrialSession | None
     config = trial_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
+    problems = trial_rule_problems(config)
+    if problems:
+        raise ValueError("; ".join(problems))
     device = trial_device(config, session)
+    if device is not None and device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = bool(config.get("tf32", _TRIAL.tf32))
     if device is not None and config.get("deterministic"):
         set_deterministic(device)
     return config, session, device
+
+
+def precision(config: dict, device: torch.device) -> str:
+    """How the trial's float32 math runs, for every epoch's row: `bf16-g` (--amp: g's layers
+    in bf16), `tf32-matmul` (--tf32), `tf32-conv` (cuDNN's default on a GPU), joined by +;
+    `fp32` when none holds."""
+    parts = ["bf16-g"] if config.get("amp") else []
+    if device.type == "cuda":
+        parts += ["tf32-matmul"] if torch.backends.cuda.matmul.allow_tf32 else []
+        parts += ["tf32-conv"] if torch.backends.cudnn.allow_tf32 else []
+    return "+".join(parts) or "fp32"
+
+
+def epoch_columns(config: dict, device: torch.device, session: TrialSession) -> dict[str, str]:
+    """The columns every epoch of a trial repeats: where it ran and at what precision."""
+    return {**session.where(), "precision": precision(config, device)}
 
 
 def run_trial(config: dict, build: Callable[[dict], Benchmark],
@@ -400,7 +421,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark],
         warm_start(algo, session, plan.warm_from)
     rule = StoppingRecords(plan.criterion, restored) if plan.stopping else None
     start_epoch = algo.epoch + 1
-    where = session.where()
+    where = epoch_columns(config, device, session)
 
     for epoch in range(start_epoch, plan.epochs + 1):
         if epoch == plan.fail_at and restored is None:

@@ -171,3 +171,17 @@ class TrialSettings:
     deterministic: bool = setting(
         False, "deterministic cuDNN and algorithms, TF32 off: on a GPU the same config and "
                "seed then repeat their numbers, as on CPU (slower)")
+    # torch leaves matmul TF32 off and cuDNN's on: a float32 convolution on a GPU is TF32
+    # already unless --deterministic; each epoch's `precision` says which held.
+    tf32: bool = setting(
+        False, "TF32 float32 matmuls on a GPU (10-bit mantissas on tensor cores; cuDNN's "
+               "convolutions use TF32 by torch's default either way); not with "
+               "--deterministic")
+
+
+def trial_rule_problems(values: dict) -> list[str]:
+    """What the trial settings in `values` ask that cannot hold together (empty: nothing)."""
+    if values.get("tf32") and values.get("deterministic"):
+        return ["--tf32 rounds float32 matmuls to TF32 and --deterministic turns TF32 off: "
+                "give one of them"]
+    return []

@@ -60,8 +60,8 @@ def bundle_problems(members: list[MIBackprop]) -> list[str]:
         problems.append(f"bundles train inner_z 'batch' only, got {cfg.inner_z!r}")
     if cfg.mine_optimizer != "adam":
         problems.append(f"bundles train MINE with adam only, got {cfg.mine_optimizer!r}")
-    if cfg.amp or cfg.compile:
-        problems.append("bundles run without amp and compile")
+    if cfg.compile:
+        problems.append("bundles run without compile")
     if cfg.optimizer != "adam" or cfg.weight_decay:
         problems.append(f"bundles train g and f with Adam without weight decay only, got "
                         f"{cfg.optimizer} with weight decay {cfg.weight_decay:g}")
@@ -168,10 +168,21 @@ class AdamState:
                     memory_format=_format_of(p))
 
 
-class StackedModule:
-    """One module's weights stacked over members, called for all members at once."""
+# The layers bf16 autocast runs in bf16 (input, weight and bias cast; output bf16).
+AUTOCAST_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
-    def __init__(self, modules: list[nn.Module]) -> None:
+
+class StackedModule:
+    """One module's weights stacked over members, called for all members at once.
+
+    `bf16`: the layers autocast would cast (AUTOCAST_LAYERS) run in bf16, as under `amp` in
+    a run alone. torch.autocast itself does not reach into vmap: its batching rules call the
+    lower ops (a grouped `convolution`, a batched `addmm`), which are not on autocast's lists,
+    and the layers stay fp32 (tests/test_bundle.py). So the casts are explicit: those layers'
+    inputs by a pre-hook, their weights and biases before the call (differentiable: the
+    gradients reach the fp32 weights in fp32, as autocast's do)."""
+
+    def __init__(self, modules: list[nn.Module], bf16: bool = False) -> None:
         self.modules = modules
         self.base = copy.deepcopy(modules[0]).to("meta")
         self.params = {k: torch.stack([dict(m.named_parameters())[k].detach()
@@ -179,13 +190,23 @@ class StackedModule:
                        for k, _ in modules[0].named_parameters()}
         self.buffers = {k: torch.stack([dict(m.named_buffers())[k] for m in modules])
                         for k, _ in modules[0].named_buffers()}
+        self.low: frozenset[str] = frozenset()
+        if bf16:
+            low = []
+            for name, layer in self.base.named_modules():
+                if isinstance(layer, AUTOCAST_LAYERS):
+                    layer.register_forward_pre_hook(_inputs_to_bf16)
+                    low += [f"{name}.{k}" if name else k for k, _ in layer.named_parameters()]
+            self.low = frozenset(low)
 
     def __call__(self, *args: torch.Tensor, member_dim: int = 0) -> torch.Tensor:
         """The members' outputs stacked on dim 0; the inputs' member axis is `member_dim`."""
         def one(params, buffers, *inputs):
             return functional_call(self.base, (params, buffers), inputs)
         in_dims = (0, 0, *([member_dim] * len(args)))
-        return vmap(one, in_dims=in_dims)(self.params, self.buffers, *args)
+        params = {k: v.to(torch.bfloat16) if k in self.low else v
+                  for k, v in self.params.items()}
+        return vmap(one, in_dims=in_dims)(params, self.buffers, *args)
 
     @torch.no_grad()
     def store(self) -> None:
@@ -212,7 +233,7 @@ class MIBackpropBundle:
         self._drawn = 0
         self.cfg = members[0].cfg
         self.device = members[0].device
-        self.g = StackedModule([m.g for m in members])
+        self.g = StackedModule([m.g for m in members], bf16=self.cfg.amp)
         self.f = StackedModule([m.f for m in members])
         self.T = StackedModule([m.mine.T for m in members])
         self.log_ema = torch.stack([m.mine.log_ema for m in members])
@@ -353,6 +374,8 @@ class MIBackpropBundle:
         (bench/RESULTS.md, "Trial bundles")."""
         self._draw_step(y.shape[1])
         z = self.g(x, member_dim=1)
+        if self.cfg.amp:  # g's layers ran in bf16; z is fp32, as MIBackprop._features's
+            z = z.float()
         z_critic = z.detach()
         for _ in range(self.cfg.K):
             self._critic_step(z_critic, c)
@@ -475,6 +498,11 @@ class _Named(nn.Module):
         super().__init__()
         for name, module in modules.items():
             self.add_module(name, module)
+
+
+def _inputs_to_bf16(_layer: nn.Module, inputs: tuple) -> tuple:
+    return tuple(t.to(torch.bfloat16) if torch.is_tensor(t) and t.is_floating_point() else t
+                 for t in inputs)
 
 
 def _prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

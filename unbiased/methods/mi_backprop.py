@@ -110,7 +110,6 @@ def mi_backprop_graph_obstacles(cfg: MIBackpropConfig, device: torch.device) -> 
         f"--inner-z batch)": cfg.inner_z != "batch",
         f"--lr-schedule {cfg.lr_schedule} changes the lr every step": (
             cfg.lr_schedule != "constant"),
-        "--amp (autocast's weight cache)": cfg.amp,
         "--compile (a compiled module captures graphs of its own)": cfg.compile,
     })
 
