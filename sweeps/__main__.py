@@ -25,6 +25,7 @@ DRIVERS = {
     "lambda_search": "sweeps.lambda_search",
     "rerun": "sweeps.rerun",  # not a benchmark: re-runs a finished sweep's picks on new seeds
     "export": "sweeps.export_epochs",  # not a benchmark: a sweep's epochs as the CSV --done reads
+    "piece": "sweeps.piece",  # not a benchmark: the next whole trials of a grid in a time budget
 }
 
 

@@ -13,6 +13,7 @@ writes this run's rows alone.
 
     python sweeps/export_epochs.py OUT bench/results/NAME/epochs.csv
     python -m sweeps export OUT CSV                   # the same
+    python -m sweeps export PIECE/epochs.csv CSV      # a piece's rows (sweeps/piece.py)
 """
 
 from __future__ import annotations
@@ -116,33 +117,53 @@ def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.Da
     return frame, len(from_old)
 
 
+def wanted_columns() -> list[str]:
+    """COLUMNS first (what earlier exports hold), then every other column results.parquet
+    keeps, so that a trial `--done` takes over loses none of them (selected, experiment and
+    benchmark: the run that reads them back sets its own)."""
+    from sweeps.results_frame import CONTRACT_COLUMNS, KEPT_COLUMNS
+
+    return [*COLUMNS, *(c for c in (*CONTRACT_COLUMNS, *KEPT_COLUMNS) if c not in COLUMNS
+                        and c not in ("selected", "experiment", "benchmark"))]
+
+
+def export_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of results.parquet (or of a piece, sweeps/piece.py) as the CSV holds them: the
+    last report of each epoch, the CSV's columns, sorted by trial and epoch."""
+    keys = trial_keys(df)
+    # A trial restarted from a checkpoint reports its re-run epoch again: keep the last.
+    df = df.drop_duplicates([*keys, "epoch"], keep="last")
+    cols = [c for c in wanted_columns() if c in df.columns]
+    return df.sort_values([*keys, "epoch"])[cols].reset_index(drop=True)
+
+
+def read_source(out: Path) -> pd.DataFrame:
+    """A sweep's rows: OUT/results.parquet, else Tune's per-trial results under OUT; or a
+    CSV of rows in this format (a piece's OUT/epochs.csv)."""
+    if out.suffix == ".csv" and out.is_file():
+        return pd.read_csv(out)
+    parquet = out / "results.parquet"
+    return pd.read_parquet(parquet) if parquet.is_file() else from_tune(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="export_epochs", description=__doc__.splitlines()[0])
-    p.add_argument("out", type=Path, help="the sweep's results directory")
+    p.add_argument("out", type=Path, help="the sweep's results directory, or a CSV of rows "
+                                          "in this format (a piece's, sweeps/piece.py)")
     p.add_argument("dest", type=Path, help="CSV to write (an existing one is merged)")
     p.add_argument("--replace", action="store_true",
                    help="write this run's rows alone, dropping DEST's other trials")
     a = p.parse_args(argv)
-    parquet = a.out / "results.parquet"
-    df = pd.read_parquet(parquet) if parquet.is_file() else from_tune(a.out)
+    df = read_source(a.out)
     if df.empty:
         print(f"error: no epochs under {a.out}", file=sys.stderr)
         return 2
-    # A trial restarted from a checkpoint reports its re-run epoch again: keep the last.
     keys = trial_keys(df)
-    df = df.drop_duplicates([*keys, "epoch"], keep="last")
-    from sweeps.results_frame import CONTRACT_COLUMNS, KEPT_COLUMNS
-
-    # COLUMNS first (what earlier exports hold), then every other column results.parquet
-    # keeps, so that a trial `--done` takes over loses none of them.
-    # (selected, experiment and benchmark: the run that reads them back sets its own.)
-    wanted = [*COLUMNS, *(c for c in (*CONTRACT_COLUMNS, *KEPT_COLUMNS) if c not in COLUMNS
-                          and c not in ("selected", "experiment", "benchmark"))]
+    df = export_frame(df)
     kept = 0
     if a.dest.is_file() and not a.replace:
         df, kept = merged(df, pd.read_csv(a.dest), keys)
-    cols = [c for c in wanted if c in df.columns]
-    df = df.sort_values([*keys, "epoch"])[cols]
+        df = export_frame(df)
     from analysis.io import atomic_write_text
 
     a.dest.parent.mkdir(parents=True, exist_ok=True)
