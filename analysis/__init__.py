@@ -64,9 +64,13 @@ accuracy and MI vs K, one line per sigma, one row per lambda.
 
 from __future__ import annotations
 
-from analysis.build import build_all
-from analysis.results import ResultsError, final_rows, load_results, per_lambda, spearman
-from analysis.selection import (
+from unbiased.benchmarks import exit_on_bad_registry
+
+exit_on_bad_registry()  # before the modules that read the registry as they import
+
+from analysis.build import build_all  # noqa: E402
+from analysis.results import ResultsError, final_rows, load_results, per_lambda, spearman  # noqa: E402, I001
+from analysis.selection import (  # noqa: E402
     Choice,
     HighestFittingLambda,
     LowestMI,

@@ -6,7 +6,7 @@ gives none."""
 from __future__ import annotations
 
 from unbiased.benchmarks.spec import PAPER, PublishedRow
-from unbiased.method_catalogue import CATALOGUE, DEFAULT_METHOD
+from unbiased.method_catalogue import DEFAULT_METHOD, catalogue
 
 __all__ = ["PAPER", "PublishedRow", "METHOD_LABELS",
            "PUBLISHED_METHOD", "method_label", "partner_label"]
@@ -15,13 +15,13 @@ __all__ = ["PAPER", "PublishedRow", "METHOD_LABELS",
 # How our rows of each method are labelled in the tables (the method catalogue's labels); the
 # published rows of the same competitors are "Kim et al." and "Alvi et al." (their own code
 # and settings, not ours).
-METHOD_LABELS: dict[str, str] = {name: entry.label for name, entry in CATALOGUE.items()}
+METHOD_LABELS: dict[str, str] = {name: entry.label for name, entry in catalogue().items()}
 
 
 # The method of ours that each published competitor row is (their method, our code and
 # settings): our rows of it go right above the published row.
 PUBLISHED_METHOD: dict[str, str] = {entry.published_as: name
-                                    for name, entry in CATALOGUE.items() if entry.published_as}
+                                    for name, entry in catalogue().items() if entry.published_as}
 
 
 def partner_label(published_row: str) -> str:

@@ -147,6 +147,9 @@ def read_source(out: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from unbiased.benchmarks import exit_on_bad_registry
+
+    exit_on_bad_registry()
     p = argparse.ArgumentParser(prog="export_epochs", description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the sweep's results directory, or a CSV of rows "
                                           "in this format (a piece's, sweeps/piece.py)")

@@ -37,8 +37,9 @@ CHANGED = {
     # Every flag a preset sets says its own default and each preset that differs from it,
     # where it said "(default: from --preset)"; --method's help lists the method catalogue.
     ("*", "*"): {"default_note"},
-    ("*", "--method"): {"help"},
-    ("*", "--lam-of"): {"help"},
+    # ... and an unknown method's error lists it too (group_reweight, group_dro joined it).
+    ("*", "--method"): {"help", "probes"},
+    ("*", "--lam-of"): {"help", "probes"},
     # --address's help says a sweep started as a Ray job joins the job's cluster.
     ("*", "--address"): {"help"},
     # Kim et al.'s step decay is a schedule; g and f's and a bias head's optimiser is

@@ -91,7 +91,9 @@ def test_lam_zero_is_the_same_erm_under_every_method_and_K(grey_digits):
              "mi_backprop K=3 bank pool": ("mi_backprop", {"K": 3, "inner_z": "bank",
                                                            "bank_size": 64}),
              "hsic": ("hsic", {}), "grad_reversal": ("grad_reversal", {}),
-             "confusion": ("confusion", {}), "lntl mu=0.5": ("lntl", {"mu": 0.5})}
+             "confusion": ("confusion", {}), "lntl mu=0.5": ("lntl", {"mu": 0.5}),
+             "group_reweight": ("group_reweight", {}),
+             "group_dro step=0.1": ("group_dro", {"dro_step": 0.1})}
     runs = {}
     for name, host in hosts.items():
         if host is None:

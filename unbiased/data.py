@@ -192,6 +192,22 @@ class Benchmark:
                                                 for k, v in self.eval_splits.items()})
 
 
+def bias_groups(y: torch.Tensor, c: torch.Tensor, num_classes: int,
+                classes: tuple[int, ...]) -> tuple[torch.Tensor, int]:
+    """Each row's (y, c) group, an index in [0, groups), and how many groups there are:
+    num_classes x the product of the bias classes (one per head's class combination; Colored
+    MNIST: 10 x 8^3 RGB-bin cells)."""
+    if not classes:
+        raise ValueError("this benchmark has no bias classes (Benchmark.bias_classes) to "
+                         "group its rows by")
+    heads = bias_targets(c, classes)
+    cell = torch.zeros_like(y)
+    for head, size in enumerate(classes):
+        cell = cell * size + heads[:, head]
+    cells = math.prod(classes)
+    return y * cells + cell, num_classes * cells
+
+
 def bias_targets(c: torch.Tensor, classes: tuple[int, ...]) -> torch.Tensor:
     """(N, heads) int64 class indices of the bias attribute c (see Benchmark.bias_classes)."""
     if c.shape[1] == sum(classes):

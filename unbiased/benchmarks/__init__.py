@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
+
+from unbiased.registry_error import RegistryError
 
 if TYPE_CHECKING:
     from unbiased.benchmarks.spec import BenchmarkSpec
@@ -22,23 +26,39 @@ BENCHMARKS: dict[str, str] = {
     "imdb": "unbiased.benchmarks.imdb",
     "biased_mnist": "unbiased.benchmarks.biased_mnist",
 }
-# Benchmarks kept outside this package, "NAME=module[,NAME=module]" (each module holds its
+# Benchmarks of other installed packages: an entry point `NAME = "package.module"` in this
+# group (the module holds its SPEC), found in the package's metadata, no edit here.
+ENTRY_POINTS = "unbiased.benchmarks"
+# Benchmarks kept outside any package, "NAME=module[,NAME=module]" (each module holds its
 # SPEC, importable where the sweep runs). A local sweep's Ray workers inherit the driver's
 # environment; a cluster's get it through the head's environment or a runtime_env.
 EXTRA_BENCHMARKS_ENV = "UNBIASED_BENCHMARKS"
+__all__ = ["BENCHMARKS", "ENTRY_POINTS", "EXTRA_BENCHMARKS_ENV", "RegistryError", "registered",
+           "benchmark_spec", "all_specs", "exit_on_bad_registry"]
 
 
 def registered() -> dict[str, str]:
-    """Every benchmark name -> its spec module: the package's, then those of
-    UNBIASED_BENCHMARKS."""
-    extra = {}
+    """Every benchmark name -> its spec module: the package's, then installed packages'
+    (entry points), then those of UNBIASED_BENCHMARKS."""
+    out = dict(BENCHMARKS)
+
+    def add(name: str, module: str, source: str) -> None:
+        if name in out:
+            raise RegistryError(f"{source}: benchmark {name!r} is registered already (by "
+                                f"{out[name]})")
+        out[name] = module
+
+    for point in entry_points(group=ENTRY_POINTS):
+        add(point.name, point.value.strip(), f"entry point {point.name} = {point.value} "
+                                             f"(group {ENTRY_POINTS})")
     for item in filter(None, (part.strip() for part in
                               os.environ.get(EXTRA_BENCHMARKS_ENV, "").split(","))):
         name, _, module = (s.strip() for s in item.partition("="))
         if not name or not module:
-            raise ValueError(f"{EXTRA_BENCHMARKS_ENV}: {item!r} is not NAME=module")
-        extra[name] = module
-    return {**BENCHMARKS, **extra}
+            raise RegistryError(f"{EXTRA_BENCHMARKS_ENV}: {item!r} is not NAME=module "
+                                f"(e.g. {EXTRA_BENCHMARKS_ENV}=toy=my_benchmarks.toy)")
+        add(name, module, f"{EXTRA_BENCHMARKS_ENV}={item}")
+    return out
 
 
 def benchmark_spec(name: str) -> BenchmarkSpec:
@@ -46,13 +66,33 @@ def benchmark_spec(name: str) -> BenchmarkSpec:
     modules = registered()
     if name not in modules:
         raise KeyError(f"unknown benchmark {name!r}; registered: {', '.join(modules)}")
-    spec = importlib.import_module(modules[name]).SPEC
+    module = modules[name]
+    try:
+        spec = importlib.import_module(module).SPEC
+    except ImportError as exc:
+        raise RegistryError(f"benchmark {name!r}: cannot import its module {module} "
+                            f"({type(exc).__name__}: {exc})") from None
+    except AttributeError:
+        raise RegistryError(f"benchmark {name!r}: module {module} holds no SPEC") from None
     if spec.name != name:
-        raise ValueError(f"{modules[name]}.SPEC is named {spec.name!r}, registered as "
-                         f"{name!r}")
+        raise RegistryError(f"{module}.SPEC is named {spec.name!r}, registered as {name!r}")
     return spec
 
 
 def all_specs() -> list[BenchmarkSpec]:
     """Every registered benchmark's spec, in the registry's order."""
     return [benchmark_spec(name) for name in registered()]
+
+
+def exit_on_bad_registry() -> None:
+    """Every command's first step: a registry (of benchmarks, or of methods) that cannot be
+    read is one `error:` line and exit status 2, not a traceback from whichever module reads
+    it first."""
+    from unbiased.method_catalogue import catalogue
+
+    try:
+        all_specs()
+        catalogue()  # the methods of installed packages
+    except RegistryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

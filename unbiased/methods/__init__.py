@@ -15,7 +15,7 @@ from dataclasses import fields
 import torch
 
 from unbiased.data import Benchmark
-from unbiased.method_catalogue import CATALOGUE, DEFAULT_METHOD
+from unbiased.method_catalogue import DEFAULT_METHOD, catalogue
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.methods.confusion import Confusion
 from unbiased.methods.grad_reversal import BiasHeadConfig, GradReversal
@@ -23,10 +23,11 @@ from unbiased.methods.hsic import HSIC, HSICConfig
 from unbiased.methods.lntl import LNTL, LNTLConfig
 from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
 
-# unbiased/method_catalogue.py names each method's module and class.
+# unbiased/method_catalogue.py names each method's module and class (installed packages'
+# methods too, by their entry points).
 METHODS: dict[str, type[ERM]] = {
-    name: getattr(importlib.import_module(f"unbiased.methods.{entry.module}"), entry.cls)
-    for name, entry in CATALOGUE.items()}
+    name: getattr(importlib.import_module(entry.module_path()), entry.cls)
+    for name, entry in catalogue().items()}
 
 __all__ = ["METHODS", "DEFAULT_METHOD", "ERM", "EpochStats", "TrainConfig", "MIBackprop",
            "MIBackpropConfig", "GradReversal", "BiasHeadConfig", "Confusion", "HSIC",
