@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: quick test test-fast test-integration test-system lint gpu-check clean-venv
+.PHONY: quick test test-fast test-integration test-system system-packages lint gpu-check clean-venv
 
 # torch pinned: these wheels are on local disk here; a bare range would fetch GBs. uv installs
 # what pip would (the highest version across pip's sources, tools/pip_sources.py) in 40% of
@@ -40,17 +40,22 @@ quick: $(VENV)/.installed
 
 # Two test processes, whole files each: a Ray test leaves a core idle much of its time and the
 # one-core tests fill it (docs/MEASURED.md, "The test suite's time").
-test: $(VENV)/.installed
+test: $(VENV)/.installed system-packages
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 -m "not ray and not system" $(ARGS)
 
-test-integration: $(VENV)/.installed
+test-integration: $(VENV)/.installed system-packages
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "ray and not system" $(ARGS)
 
-test-system: $(VENV)/.installed
+test-system: $(VENV)/.installed system-packages
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m system $(ARGS)
+
+# rsync, Slurm and munge, which the system tests run: installed where root and apt-get are,
+# else one line naming them and the command (tools/system_packages.sh).
+system-packages:
+	@tools/system_packages.sh
 
 # ~5 minutes on one GPU; writes bench/results/gpu/<device>.md. ARGS="--root DIR" for MNIST.
 gpu-check: $(VENV)/.installed

@@ -4,6 +4,7 @@ and what a finished sweep writes there (results.parquet, experiment.json, the an
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,27 +47,56 @@ def check_out_dir(args: SweepArgs, experiment: str) -> None:
         raise SweepError(f"--out {out} is not writable: {exc.strerror or exc}") from None
 
 
-def check_storage_reachable(args: SweepArgs) -> None:
-    """A --storage-path URI's bucket (or root) exists and this machine can read it: else a
-    SweepError naming the storage, before Ray starts (pyarrow answers with the cause: no
-    bucket, no credentials, no connection)."""
+# A storage check answers within this: pyarrow's clients retry an endpoint that never answers
+# for minutes (GCS without credentials printed nothing for over 150 s), and an S3 client left
+# waiting keeps the interpreter from exiting. So the check runs in a process of its own,
+# killed at the limit.
+STORAGE_CHECK_S = 10.0
+
+# The child's answer, one line: "ok", "missing ROOT" or "error REASON". os._exit after it: an
+# S3 client's finalizer can wait on a request that never ends.
+_STORAGE_PROBE = """
+import os, sys
+from pyarrow import fs
+uri, bucket = sys.argv[1], sys.argv[2] == "1"
+try:
+    filesystem, path = fs.FileSystem.from_uri(uri)
+    root = path.strip("/").split("/", 1)[0] if bucket else path
+    info = filesystem.get_file_info(root)
+    answer = f"missing {root}" if bucket and info.type == fs.FileType.NotFound else "ok"
+except (OSError, ValueError) as exc:
+    lines = str(exc).strip().splitlines()
+    answer = "error " + (lines[0] if lines else type(exc).__name__)
+print(answer, flush=True)
+os._exit(0)
+"""
+
+
+def check_storage_reachable(args: SweepArgs, limit_s: float = STORAGE_CHECK_S) -> None:
+    """A --storage-path URI's bucket (or root) exists and this machine can read it within
+    `limit_s`: else a SweepError naming the storage, before Ray starts (pyarrow answers with
+    the cause: no bucket, no credentials, no connection)."""
     uri = args.storage_path
     if not uri or "://" not in uri:
         return
-    from pyarrow import fs
-
     bucket = uri.split("://", 1)[0] in BUCKET_SCHEMES
     try:
-        filesystem, path = fs.FileSystem.from_uri(uri)
-        # A bucket must exist; a path under a file system's root is made by Tune.
-        root = path.strip("/").split("/", 1)[0] if bucket else path
-        info = filesystem.get_file_info(root)
-    except (OSError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SweepError(f"--storage-path {uri}: cannot reach it: {reason}") from None
-    if bucket and info.type == fs.FileType.NotFound:
-        raise SweepError(f"--storage-path {uri}: {root} does not exist (create the bucket, "
+        ran = subprocess.run([sys.executable, "-c", _STORAGE_PROBE, uri, str(int(bucket))],
+                             capture_output=True, text=True, timeout=limit_s)
+        answer, stderr = ran.stdout.strip(), ran.stderr.strip()
+    except subprocess.TimeoutExpired as exc:
+        answer = (exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or "")
+        answer, stderr = answer.strip(), ""
+        if not answer:
+            answer = (f"error no answer within {limit_s:g} s (the endpoint, the network or "
+                      f"the credentials)")
+    kind, _, detail = answer.partition(" ")
+    if kind == "missing":
+        raise SweepError(f"--storage-path {uri}: {detail} does not exist (create the bucket, "
                          f"or name one these credentials can write)")
+    if kind != "ok":  # "error", or the check itself failed (its last line of stderr)
+        reason = detail if kind == "error" else (stderr.splitlines() or ["no answer"])[-1]
+        raise SweepError(f"--storage-path {uri}: cannot reach it: {reason}")
 
 
 def copy_outputs_to_storage(args: SweepArgs, written: list[Path]) -> str | None:

@@ -3,7 +3,7 @@ there as written: rsync with the very flags Ray's command runner builds from the
 (sweeps/ray_private.py: rsync_filter_args) copies this checkout into a temporary home, as the
 file mount `~/unbiased-mi: .` does, and each sweep command the README gives for the cluster
 runs in it with `--dry-run`. rsync is what `ray up` ships files with: without it these tests
-fail, saying so (CI installs it: .ci/run)."""
+fail, saying so (make test installs it: tools/system_packages.sh)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def node_home(tmp_path_factory) -> Path:
     """A node's home after `ray up`: the checkout rsync'd to ~/unbiased-mi."""
     rsync = shutil.which("rsync")
     assert rsync, ("rsync is not installed: `ray up` ships the repository with it "
-                   "(apt install rsync; CI's .ci/run installs it)")
+                   "(apt install rsync; make test installs it where it can)")
     cluster = yaml.safe_load((ROOT / "cluster.yaml").read_text())
     assert cluster["file_mounts"] == {f"~/{MOUNT}": "."}
     home = tmp_path_factory.mktemp("node")

@@ -68,6 +68,33 @@ def test_a_bucket_that_cannot_be_reached_is_one_error_line_before_ray(tmp_path):
     assert not out.exists()
 
 
+def test_a_storage_that_never_answers_is_one_error_line_within_seconds(tmp_path):
+    """An endpoint that takes the connection and never answers (offline, as GCS without
+    credentials looked: over 150 s of silence): pyarrow's client would retry for minutes,
+    the check gives up at its limit. The driver's `main` in this process: the check's own
+    process is the one that waits, and is killed."""
+    import time
+
+    from sweeps.outputs import STORAGE_CHECK_S
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)  # connections queue up, nothing ever reads them
+        port = server.getsockname()[1]
+        uri = f"gs://bucket/run?endpoint_override=127.0.0.1:{port}&scheme=http"
+        out = tmp_path / "out"
+        start = time.monotonic()
+        ran = run_main("digits_grid", "--storage-path", uri, "--epochs", "1", "--out",
+                       str(out))
+        took = time.monotonic() - start
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    assert ran.stderr.strip().splitlines() == [
+        f"error: --storage-path {uri}: cannot reach it: no answer within "
+        f"{STORAGE_CHECK_S:g} s (the endpoint, the network or the credentials)"], ran.stderr
+    assert STORAGE_CHECK_S <= took < STORAGE_CHECK_S + 5, took
+    assert not out.exists()
+
+
 @pytest.mark.ray
 @pytest.mark.system  # a server, a signal
 def test_a_sweep_on_s3_stopped_by_sigterm_resumes_from_the_bucket_alone(tmp_path):

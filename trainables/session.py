@@ -120,9 +120,11 @@ class TuneSession:
 
     def where(self) -> dict[str, str]:
         # Hostnames repeat across Ray nodes on one machine (and in some clusters); node ids not.
+        # Under Slurm (slurm/sweep.sbatch), the node Slurm named: the Ray node started there
+        # passes SLURMD_NODENAME on to its workers.
         import ray
 
-        return {"node": socket.gethostname(),
+        return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
                 "node_id": ray.get_runtime_context().get_node_id(), "machine": machine_id()}
 
     def gpu_ids(self) -> list:
