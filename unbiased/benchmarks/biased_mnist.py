@@ -182,6 +182,9 @@ PRESETS: dict[str, dict[str, object]] = {
     "cpu": {**_digits_preset("cpu"), "source": "mnist", "rho": [0.997, 0.999],
             "lam": [0.0, 1.0], "seeds": [0]},
 }
+# group_reweight and group_dro's lambda screen (issue 64): the cpu protocol at rho .997, seed
+# 0, the digits screen's lambdas for them; table.md's label-free rules pick each one's.
+PRESETS["group_screen"] = {**PRESETS["cpu"], "rho": [0.997], **colored_digits.GROUP_LAMS}
 
 # ReBias, Table 1, "Unbiased" column: accuracy on the rho = 0.1 test set per training rho
 # (the EnD paper, Tartaglione et al., CVPR 2021, reprints the same numbers). No stds.
@@ -210,7 +213,7 @@ TABLE = TableSpec(
           "rewritten every epoch); which epoch the paper reports, its text does not say. "
           "No stds are published."),
     protocol=Protocol(
-        comparable=frozenset({"cpu"}), settings={"source": "mnist"},
+        comparable=frozenset({"cpu", "group_screen"}), settings={"source": "mnist"},
         rows=colored_digits.TRAIN_ROWS,
         notes={"quick": "{preset} preset: {train_rows} training digits ({source}), {epochs} "
                         "epochs " + SMOKE}),
