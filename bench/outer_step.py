@@ -212,14 +212,19 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     device = torch.device(args.device)
     name = (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
-    slug = "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-")
-    args.report.mkdir(parents=True, exist_ok=True)
-    path = args.report / f"outer_step_{slug}.md"
+    print(f"wrote {write_report(args.report, 'outer_step', name, text)}")
+    return 0
+
+
+def write_report(folder: Path, stem: str, device_name: str, text: str) -> Path:
+    """FOLDER/<stem>_<device, as a slug>.md, written atomically."""
+    slug = "".join(ch if ch.isalnum() else "-" for ch in device_name.lower()).strip("-")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}_{slug}.md"
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text)
     tmp.replace(path)
-    print(f"wrote {path}")
-    return 0
+    return path
 
 
 if __name__ == "__main__":

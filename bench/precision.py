@@ -206,12 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     set_precision({}, device)
     text = report(args, steps, slices, name)
     print(text)
-    slug = "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-")
-    args.report.mkdir(parents=True, exist_ok=True)
-    path = args.report / f"precision_{slug}.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    path = outer_step.write_report(args.report, "precision", name, text)
     table = pd.concat([steps.assign(part="step"), slices.assign(part="slice")])
     table.to_csv(path.with_suffix(".csv"), index=False)
     print(f"wrote {path} and {path.with_suffix('.csv')}")
