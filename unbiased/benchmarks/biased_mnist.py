@@ -185,6 +185,9 @@ PRESETS: dict[str, dict[str, object]] = {
 # group_reweight and group_dro's lambda screen (issue 64): the cpu protocol at rho .997, seed
 # 0, the digits screen's lambdas for them; table.md's label-free rules pick each one's.
 PRESETS["group_screen"] = {**PRESETS["cpu"], "rho": [0.997], **colored_digits.GROUP_LAMS}
+# Their rows beside the cpu grid's (bench/results/biased_mnist_grid, whose ERM they share):
+# both rhos x seeds 0-2 at the screen's picks (`--lam-of`), as digits' `groups`.
+PRESETS["groups"] = {**PRESETS["cpu"], **colored_digits.GROUP_ROWS}
 
 # ReBias, Table 1, "Unbiased" column: accuracy on the rho = 0.1 test set per training rho
 # (the EnD paper, Tartaglione et al., CVPR 2021, reprints the same numbers). No stds.
@@ -213,7 +216,7 @@ TABLE = TableSpec(
           "rewritten every epoch); which epoch the paper reports, its text does not say. "
           "No stds are published."),
     protocol=Protocol(
-        comparable=frozenset({"cpu", "group_screen"}), settings={"source": "mnist"},
+        comparable=frozenset({"cpu", "group_screen", "groups"}), settings={"source": "mnist"},
         rows=colored_digits.TRAIN_ROWS,
         notes={"quick": "{preset} preset: {train_rows} training digits ({source}), {epochs} "
                         "epochs " + SMOKE}),

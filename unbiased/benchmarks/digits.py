@@ -123,6 +123,11 @@ DIGITS["screen"] = {
 GROUP_LAMS = {"lam": [0.0, 0.3, 1.0, 3.0], "method": ["group_reweight", "group_dro"],
               "method_lam": {"group_reweight": [0.25, 0.5, 1.0]}}
 DIGITS["group_screen"] = {**DIGITS["cpu"], "sigma": [0.03], "seeds": [0], **GROUP_LAMS}
+# Their rows beside Table 1's: three sigmas x seeds 0-2, each method at the lambda its screen's
+# lowest-MI rule picks (`--lam-of group_reweight=L --lam-of group_dro=L`; lam 1 without), no
+# ERM (Table 1's ERM rows are the same model: lam 0 is ERM's own step under every method).
+GROUP_ROWS = {"method": ["group_reweight", "group_dro"], "lam": [1.0], "seeds": [0, 1, 2]}
+DIGITS["groups"] = {**DIGITS["cpu"], "sigma": [0.02, 0.03, 0.05], **GROUP_ROWS}
 
 # Table 1 as the paper prints it, every row run by us (docs/MEASURED.md, "Table 1 over three
 # seeds"): each method at the lambda the `screen` preset's lowest-MI rule (label-free) picked
@@ -201,7 +206,8 @@ TABLE = TableSpec(
     # The paper's preset, and ours on full MNIST: the cpu preset's protocol, which the
     # screen, table1 and fig3 presets (and the ablations' cpu presets) run.
     protocol=Protocol(
-        comparable=frozenset({"paper", "cpu", "screen", "table1", "fig3", "group_screen"}),
+        comparable=frozenset({"paper", "cpu", "screen", "table1", "fig3", "group_screen",
+                               "groups"}),
         settings={"source": "mnist"}, rows=TRAIN_ROWS,
         notes={"quick": "{preset} preset: {train_rows} training digits ({source}), {epochs} "
                         "epochs, palette {palette} " + SMOKE,
