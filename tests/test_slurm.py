@@ -235,20 +235,23 @@ def test_two_sweeps_share_the_nodes_one_survives_its_walltime_the_other_a_stop(s
     (address_a,), (address_b,) = _addresses(log_a), _addresses(log_b)
     assert address_a != address_b
 
-    # B: stopped by hand with the walltime's signal, 9 minutes before its walltime.
+    # B: stopped by hand with the walltime's signal, 9 minutes before its walltime. A's
+    # walltime is brought forward only once B has ended, so that A is sure to be running when
+    # B's end is checked for leaving it alone (A's early signal could otherwise come first).
     slurm.run("scancel", "--batch", "--signal=USR1", job_b)
-    # A: its walltime brought forward to between 80 and 140 s from now, inside the 120-s
-    # lead plus Slurm's 30-s check: the early signal comes at the next check.
-    elapsed = time.monotonic() - started
-    slurm.run("scontrol", "update", f"JobId={job_a}",
-              f"TimeLimit={math.ceil((elapsed + 80) / 60)}")
     _until(lambda: slurm.job(job_b)["JobState"] not in ("RUNNING", "COMPLETING"),
            "B ends after its signal", 120, logs)
     info = slurm.job(job_b)
     assert info["JobState"] == "FAILED" and info["ExitCode"] == "143:0", info  # the driver's
     assert info["Restarts"] == "0"
     assert "stopped by USR1; continue with" in log_b.read_text()
-    assert slurm.job(job_a)["JobState"] == "RUNNING"  # B's end left A's Ray alone
+    info = slurm.job(job_a)
+    assert info["JobState"] == "RUNNING" and info["Restarts"] == "0", info  # A's Ray untouched
+    # A: its walltime brought forward to between 80 and 140 s from now, inside the 120-s
+    # lead plus Slurm's 30-s check: the early signal comes at the next check.
+    elapsed = time.monotonic() - started
+    slurm.run("scontrol", "update", f"JobId={job_a}",
+              f"TimeLimit={math.ceil((elapsed + 80) / 60)}")
     job_b2 = slurm.sbatch(log_b2, "--time=10", str(SCRIPT), *SWEEP, "--epochs",
                           str(epochs_b), "--out", str(out_b), "--resume")
 
