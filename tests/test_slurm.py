@@ -53,7 +53,7 @@ NODES = ("n1", "n2")
 SWEEP = ["sweeps/digits_grid.py", "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--K", "2",
          "--batch-size", "256", "--mi-eval-steps", "20", "--device", "cpu",
          "--cpus-per-trial", "1", *SMALL_NET]
-LEAD_S = 120  # A's early signal: `--signal=B:USR1@120`, and SWEEP_SIGNAL_LEAD for the script
+LEAD_S = 180  # A's early signal: `--signal=B:USR1@180`, and SWEEP_SIGNAL_LEAD for the script
 
 
 @dataclass
@@ -218,7 +218,7 @@ def test_two_sweeps_share_the_nodes_one_survives_its_walltime_the_other_a_stop(s
                                                                                tmp_path):
     out_a, out_b = tmp_path / "a", tmp_path / "b"
     log_a, log_b, log_b2 = (tmp_path / f"{n}.log" for n in ("a", "b", "b2"))
-    epochs_a, epochs_b = 50, 4
+    epochs_a, epochs_b = 80, 4
     started = time.monotonic()
     job_a = slurm.sbatch(log_a, "--time=10", f"--signal=B:USR1@{LEAD_S}", str(SCRIPT), *SWEEP,
                          "--epochs", str(epochs_a), "--out", str(out_a),
@@ -247,11 +247,13 @@ def test_two_sweeps_share_the_nodes_one_survives_its_walltime_the_other_a_stop(s
     assert "stopped by USR1; continue with" in log_b.read_text()
     info = slurm.job(job_a)
     assert info["JobState"] == "RUNNING" and info["Restarts"] == "0", info  # A's Ray untouched
-    # A: its walltime brought forward to between 80 and 140 s from now, inside the 120-s
-    # lead plus Slurm's 30-s check: the early signal comes at the next check.
+    # A: its walltime brought forward to between 100 and 160 s from now, inside the 180-s
+    # lead: the early signal is due already and comes at Slurm's next check (within 30 s),
+    # which leaves A over a minute to stop and requeue. A's 80 epochs outlast that on a fast
+    # machine: here its first run stops after ~35.
     elapsed = time.monotonic() - started
     slurm.run("scontrol", "update", f"JobId={job_a}",
-              f"TimeLimit={math.ceil((elapsed + 80) / 60)}")
+              f"TimeLimit={math.ceil((elapsed + 100) / 60)}")
     job_b2 = slurm.sbatch(log_b2, "--time=10", str(SCRIPT), *SWEEP, "--epochs",
                           str(epochs_b), "--out", str(out_b), "--resume")
 
