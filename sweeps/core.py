@@ -33,7 +33,7 @@ from sweeps.outputs import (
     storage_dir,
     write_outputs,
 )
-from sweeps.ray_init import init_ray
+from sweeps.ray_init import check_resources, init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from unbiased.benchmarks.spec import BenchmarkSpec
@@ -324,6 +324,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
 
             resources = {"cpu": float(args["cpus_per_trial"]),
                          "gpu": float(args["gpus_per_trial"])}
+            check_resources(args.address, resources["cpu"], resources["gpu"])
             grid = run_tuner(args, spec.experiment,
                              tune.with_parameters(spec.trainable(), **loaded),
                              spec.param_space(args.values, trials), resources,
@@ -345,7 +346,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     if kept is not None:
         print(f"and copied them to {kept} (they outlive this machine; --resume rebuilds them)")
     for line in trackers.hints(args, storage_dir(args)):
-        print(line)
+        print(line, flush=True)
     return 0 if all_ok(df) else 1
 
 

@@ -52,4 +52,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sweeps.ending import end_driver  # leaves Ray, then ends the process
+
+    end_driver(main)

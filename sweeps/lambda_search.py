@@ -34,7 +34,7 @@ from sweeps.outputs import (  # noqa: E402
     write_outputs,
 )
 from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
-from sweeps.ray_init import init_ray  # noqa: E402
+from sweeps.ray_init import check_resources, init_ray  # noqa: E402
 from sweeps.results_frame import all_ok, results_frame  # noqa: E402
 from sweeps.runner import run_tuner  # noqa: E402
 
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         from trainables.digits import train_digits
 
         resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
+        check_resources(args.address, resources["cpu"], resources["gpu"])
         trainable = tune.with_parameters(train_digits, digits=digits)
         frames = []
         for method, sigma, seed in studies:
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if kept is not None:
         print(f"and copied them to {kept} (they outlive this machine; --resume rebuilds them)")
     for line in trackers.hints(args, storage_dir(args)):
-        print(line)
+        print(line, flush=True)
     return 0 if all_ok(df) else 1
 
 
@@ -145,4 +146,6 @@ def _write_front(out: Path, df: pd.DataFrame, written: list[Path]) -> pd.DataFra
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sweeps.ending import end_driver  # leaves Ray, then ends the process
+
+    end_driver(main)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from sweeps import ray_private
 from sweeps.common import SweepError
@@ -54,3 +57,98 @@ def init_local_ray() -> None:
     ray_private.no_prestarted_workers()
     with ray_private.ray_processes_in_own_sessions():
         ray.init(address="local", include_dashboard=False)
+
+
+# The batch script (slurm/sweep.sbatch) says how many nodes its Ray will have: the driver waits
+# for them to join before it compares a trial's ask with what the nodes have.
+EXPECT_NODES_ENV = "SWEEP_EXPECT_NODES"
+NODES_WAIT_S = 45.0
+# Where a cluster started by `ray up` lists the node types its autoscaler may add (Tune's own
+# test for an autoscaling cluster, ray.tune.execution.cluster_info): present on its head.
+AUTOSCALER_CONFIG = Path("~/ray_bootstrap_config.yaml")
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    name: str
+    cpus: float
+    gpus: float
+    may_add: bool = False  # a node type the autoscaler may start, not a node
+
+    def describe(self) -> str:
+        what = "node type" if self.may_add else ""
+        return f"{what} {self.name} has {_count(self.cpus, 'CPU')} and " \
+               f"{_count(self.gpus, 'GPU')}".strip()
+
+
+def _count(n: float, unit: str) -> str:
+    return f"{n:g} {unit}{'' if n == 1 else 's'}"
+
+
+def _node_name(node: dict) -> str:
+    for key in node.get("Resources", {}):
+        if key.startswith("slurm_node:"):
+            return key.split(":", 1)[1]
+    return str(node.get("NodeManagerHostname") or node.get("NodeManagerAddress"))
+
+
+def cluster_nodes(expect: int = 0, timeout_s: float = NODES_WAIT_S) -> list[NodeShape]:
+    """The live nodes of the Ray this driver joined, once `expect` of them are up (or
+    `timeout_s` has passed), and the node types an autoscaler may add."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        if len(alive) >= expect or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    shapes = [NodeShape(_node_name(n), float(n["Resources"].get("CPU", 0)),
+                        float(n["Resources"].get("GPU", 0))) for n in alive]
+    return sorted(shapes, key=lambda s: s.name) + autoscaler_node_types()
+
+
+def autoscaler_node_types(path: Path = AUTOSCALER_CONFIG) -> list[NodeShape]:
+    """The node types of a `ray up` cluster's config that the autoscaler may start."""
+    path = path.expanduser()
+    if not path.is_file():
+        return []
+    import yaml
+
+    try:
+        types = (yaml.safe_load(path.read_text()) or {}).get("available_node_types") or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    return [NodeShape(name, float(t.get("resources", {}).get("CPU", 0)),
+                      float(t.get("resources", {}).get("GPU", 0)), may_add=True)
+            for name, t in types.items() if int(t.get("max_workers", 0)) > 0]
+
+
+def check_resources(address: str | None, cpus: float, gpus: float,
+                    nodes: list[NodeShape] | None = None) -> list[NodeShape]:
+    """Refuse (SweepError) a sweep whose trials ask more CPUs or GPUs than any node of the
+    Ray it joined has: Ray would wait for such a node forever (nothing autoscales under
+    Slurm). Says which nodes there are when the Ray is a cluster's (`address`)."""
+    if nodes is None:
+        nodes = cluster_nodes(int(os.environ.get(EXPECT_NODES_ENV) or 0))
+    if address:
+        print(f"Ray at {address}: " + ", ".join(n.describe() for n in nodes), flush=True)
+    if any(n.cpus >= cpus and n.gpus >= gpus for n in nodes):
+        return nodes
+    ask = (f"each trial asks {_count(cpus, 'CPU')} and {_count(gpus, 'GPU')} "
+           f"(--cpus-per-trial {cpus:g} --gpus-per-trial {gpus:g})")
+    where = f"the Ray at {address}" if address else "this machine's Ray"
+    fixes = []
+    if gpus > 0 and not any(n.gpus >= gpus for n in nodes):
+        if os.environ.get("SLURM_JOB_ID"):
+            fixes.append("give the job GPUs (sbatch --gres=gpu:N or --gpus-per-node=N, with "
+                         "--cpus-per-task=C) or run on CPUs (--gpus-per-trial 0 --device cpu)")
+        else:
+            fixes.append("join a cluster with GPU nodes, or run on CPUs (--gpus-per-trial 0 "
+                         "--device cpu)")
+    if not any(n.cpus >= cpus for n in nodes):
+        fixes.append("ask fewer CPUs (--cpus-per-trial)"
+                     + (" or give the job more (sbatch --cpus-per-task=C)"
+                        if os.environ.get("SLURM_JOB_ID") else ""))
+    raise SweepError(f"{ask}, and no node of {where} has that many: "
+                     + ", ".join(n.describe() for n in nodes) + "; " + "; ".join(fixes))

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from sweeps import ray_private
 from sweeps.cli import SweepArgs
 from sweeps.common import SweepError, flat_config
+from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import finished
 from sweeps.signals import QuietUnstarted, StopSignals
@@ -51,14 +52,21 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     else:
         tuner = new_tuner(args, experiment, storage, trainable, param_space, param_keys,
                           n_trials, search_alg, num_samples)
-    with StopSignals() as stop:
+    grid = None
+    with StopSignals(args) as stop:
         try:
             grid = tuner.fit()
         except KeyboardInterrupt:  # a second signal, or one before Tune's loop listened
             if stop.received is None:
                 raise
+    results = list(grid) if grid is not None else []
+    write_progress(experiment, results, n_trials, finished)
     if stop.received is not None:
-        stop.exit(args)
+        if grid is None or len(results) < n_trials or not all(finished(r) for r in results):
+            stop.exit()
+        stop.watch.disarm()
+        print("the stop signal came after every trial had finished: writing the results",
+              flush=True)
     return grid
 
 

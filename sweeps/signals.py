@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sweeps import ray_private
+from sweeps.ending import StopWatch, gcs_address
 
 if TYPE_CHECKING:
     from sweeps.cli import SweepArgs
@@ -44,11 +45,13 @@ class StopSignals:
     """SIGTERM (`timeout`, a batch scheduler, `kill`) and SIGINT (Ctrl-C) during a sweep: Tune
     stops the trials and saves its state (ray_private.ask_tune_to_stop), then the driver
     shuts down the Ray it started and says how to resume. Without this, SIGTERM killed the
-    driver alone and left its trial workers training. A second signal stops at once."""
+    driver alone and left its trial workers training. A second signal stops at once. A
+    StopWatch ends the driver should Ray hold it after the signal (sweeps/ending.py)."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self) -> None:
+    def __init__(self, args: SweepArgs) -> None:
+        self.args = args
         self.received: int | None = None
         self._before: dict[int, object] = {}
         self._quiet = QuietUnstarted(lambda: self.received is not None)
@@ -60,9 +63,11 @@ class StopSignals:
         for sig in self.SIGNALS:
             self._before[sig] = signal.signal(sig, self._handle)
         self._quiet.__enter__()
+        self.watch = StopWatch(gcs_address(), self.stopped_line, self.SIGNALS)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.watch.release()
         self._quiet.__exit__()
         for sig, handler in self._before.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
@@ -81,14 +86,16 @@ class StopSignals:
               f"sweep's state (send it again to stop at once)", file=sys.stderr, flush=True)
         ray_private.ask_tune_to_stop()  # Tune ends the run after this step
 
-    def exit(self, args: SweepArgs) -> None:
+    def stopped_line(self, signum: int | None = None) -> str:
+        name = signal.Signals(signum or self.received or signal.SIGTERM).name
+        return (f"stopped by {name}; the finished epochs are saved in {self.args.out}. "
+                f"Continue with: python {resume_command(sys.argv)}")
+
+    def exit(self) -> None:
         import ray
 
         ray.shutdown()  # the trial workers and, for a local Ray, the Ray this driver started
-        command = resume_command(sys.argv)
-        print(f"stopped by {signal.Signals(self.received).name}; the finished epochs are "
-              f"saved in {args.out}. Continue with: python {command}", file=sys.stderr,
-              flush=True)
+        print(self.stopped_line(), file=sys.stderr, flush=True)
         raise SystemExit(128 + int(self.received))
 
 

@@ -490,6 +490,7 @@ def test_saved_trials_are_put_back_in_the_grids_order(tmp_path):
 
 def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
     import logging
+    from types import SimpleNamespace
 
     from sweeps.signals import QuietUnstarted, StopSignals
 
@@ -500,7 +501,7 @@ def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
     logger = logging.getLogger(QuietUnstarted.LOGGER)
     unstarted = record("Failed to fetch metrics for 2 trial(s):\n- a\n- b")
     other = record("something else")
-    with StopSignals() as stop:
+    with StopSignals(SimpleNamespace(out="OUT")) as stop:  # type: ignore[arg-type]
         assert logger.filter(unstarted) and logger.filter(other)  # still running: all shown
         stop.received = signal.SIGTERM
         assert not logger.filter(unstarted) and logger.filter(other)

@@ -1,0 +1,187 @@
+"""A driver ends within seconds of its last line, after a finish or a stop, and tells the
+batch script how far the sweep got.
+
+Why a driver joined to a Ray it did not start could outlive its work (slurm/sweep.sbatch):
+- A plain `scancel` signals every process of the job at once: Ray's GCS dies with the
+  driver's SIGTERM. Tune then saves its state, but its cleanup (removing the trials'
+  placement groups) and `ray.shutdown()` wait on the lost GCS: Ray's client retries it for
+  `gcs_rpc_server_reconnect_timeout_s` (60 s) while its log thread spins a core, longer than
+  Slurm's KillWait (30 s). `StopWatch` ends the driver once the GCS is gone, after a stop
+  signal, with the line on how to continue.
+- Whatever else holds the interpreter after the outputs are written (threads, exit hooks,
+  Ray's native teardown, where a Python thread cannot run any more): `end_driver` leaves Ray
+  (EXIT_GRACE_S at most) and ends the process itself.
+
+`SWEEP_PROGRESS_FILE` (set by the batch script): where the driver writes, after Tune's run,
+how many of the sweep's trials and epochs are done, so that the script never requeues a
+finished sweep and stops requeueing one that makes no progress.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+PROGRESS_ENV = "SWEEP_PROGRESS_FILE"
+EXIT_GRACE_S = 15.0  # ray.shutdown() after the last line, at most
+STOP_GRACE_S = 20.0  # a stop signal to the driver's exit, at most (Slurm's KillWait: 30 s)
+GCS_GONE_S = 2.0  # the GCS unreachable this long after a stop: Ray cannot clean up
+
+
+def gcs_address() -> str | None:
+    """HOST:PORT of the GCS this driver is connected to, None when not connected."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().gcs_address
+
+
+def reachable(address: str, timeout_s: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _waiting_on() -> str:
+    """What holds the process: its threads other than this one, and where the main thread is."""
+    main = threading.main_thread()
+    frame = sys._current_frames().get(main.ident or -1)
+    where = (f"main thread in {frame.f_code.co_name} ({os.path.basename(frame.f_code.co_filename)}"
+             f":{frame.f_lineno})" if frame is not None else "main thread finished")
+    others = sorted(t.name for t in threading.enumerate()
+                    if t is not main and t is not threading.current_thread() and t.is_alive()
+                    and not t.daemon)
+    return where + (f"; threads {', '.join(others)}" if others else "")
+
+
+def _end(status: int, line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(status)
+
+
+def end_driver(main: Callable[[], int | None]) -> NoReturn:
+    """A driver script's end: `main()`'s status (or its SystemExit's). A driver that started or
+    joined Ray leaves it (ray.shutdown, EXIT_GRACE_S at most) and ends the process at once,
+    without the interpreter's own end: after the outputs are written nothing is left to do
+    there, and that end could wait on threads and on Ray's native teardown (a job seen RUNNING
+    240 s after its last line, until Slurm's TERM)."""
+    try:
+        status = main()
+    except SystemExit as exc:
+        status = exc.code
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        print(status, file=sys.stderr, flush=True)
+        status = 1
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        sys.exit(status)
+    leaving = threading.Thread(target=ray.shutdown, name="ray-shutdown", daemon=True)
+    leaving.start()
+    leaving.join(EXIT_GRACE_S)
+    if leaving.is_alive():
+        print(f"Ray had not let the driver go {EXIT_GRACE_S:.0f} s after its last line "
+              f"({_waiting_on()}): exiting with status {status}", file=sys.stderr, flush=True)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+class StopWatch:
+    """From a stop signal on (SIGTERM, SIGINT), end the driver with 128 + the signal and
+    `message(signum)` once Ray's GCS has been unreachable for GCS_GONE_S, or STOP_GRACE_S
+    after the signal in any case: Tune saves its state as soon as it hears of the signal, so
+    both leave a sweep to resume.
+
+    It hears of the signal through Python's wakeup fd, not a Python handler: a handler runs
+    only once the main thread is back in Python, and a main thread blocked in a call to a Ray
+    whose GCS died with the job never is (seen under `scancel`: no line, SIGKILL at KillWait).
+    Armed on creation; `release()` gives the wakeup fd back (a countdown that started goes on);
+    `disarm()` also stops the countdown."""
+
+    def __init__(self, address: str | None, message: Callable[[int], str],
+                 signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        self.address, self.message, self.signals = address, message, signals
+        self.signum: int | None = None
+        self.disarmed = threading.Event()
+        self._reader, self._writer = socket.socketpair()
+        self._writer.setblocking(False)
+        self._before = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=self._hear, name="stop-watch", daemon=True).start()
+
+    def release(self) -> None:
+        if self._writer.fileno() >= 0:
+            signal.set_wakeup_fd(self._before)
+            self._writer.close()  # the listening thread reads its end and returns
+
+    def disarm(self) -> None:
+        self.disarmed.set()
+        self.release()
+
+    def _hear(self) -> None:
+        with self._reader:
+            while self.signum is None:
+                try:
+                    data = self._reader.recv(64)
+                except OSError:
+                    return
+                if not data:
+                    return
+                heard = [b for b in data if b in self.signals]
+                if heard:
+                    self.signum = heard[0]
+        self._count_down(self.signum)
+
+    def _count_down(self, signum: int) -> None:
+        started = time.monotonic()
+        gone_since: float | None = None
+        while (elapsed := time.monotonic() - started) < STOP_GRACE_S:
+            if self.disarmed.wait(0.5):
+                return
+            if self.address is not None and not reachable(self.address):
+                gone_since = gone_since if gone_since is not None else time.monotonic()
+                if time.monotonic() - gone_since >= GCS_GONE_S:
+                    _end(128 + signum, f"Ray's GCS at {self.address} is gone (stopped with "
+                                       f"the job): not waiting for Ray to clean up. "
+                                       + self.message(signum))
+            else:
+                gone_since = None
+        if not self.disarmed.is_set():
+            _end(128 + signum, f"Ray had not let go of the trials {elapsed:.0f} s after the "
+                               f"signal ({_waiting_on()}): ending the driver. "
+                               + self.message(signum))
+
+
+_PROGRESS: dict[str, tuple[int, int, int]] = {}  # experiment -> trials, finished, epochs
+
+
+def write_progress(experiment: str, results: list, n_trials: int,
+                   finished: Callable[[object], bool]) -> None:
+    """SWEEP_PROGRESS_FILE (when set): the trials finished and the epochs reported so far by
+    this driver's experiments (a lambda search runs several), as JSON, written whole."""
+    path = os.environ.get(PROGRESS_ENV)
+    if not path:
+        return
+    _PROGRESS[experiment] = (max(n_trials, len(results)), sum(1 for r in results if finished(r)),
+                             sum(int((r.metrics or {}).get("training_iteration") or 0)
+                                 for r in results))
+    totals = [sum(column) for column in zip(*_PROGRESS.values(), strict=True)]
+    tmp = f"{path}.part"
+    with open(tmp, "w") as out:
+        json.dump(dict(zip(("trials", "finished", "epochs"), totals, strict=True)), out)
+    os.replace(tmp, path)

@@ -1,0 +1,165 @@
+"""A driver ends within seconds of its last line, after a finish or a stop (sweeps/ending.py),
+and refuses a sweep no node can place (sweeps/ray_init.check_resources)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sweeps.common import SweepError
+from sweeps.ending import reachable, write_progress
+from sweeps.ray_init import NodeShape, autoscaler_node_types, check_resources
+from tests.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, timeout_s: float = 60) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout_s)
+    return done, time.monotonic() - started
+
+
+@pytest.mark.ray
+def test_a_driver_that_joined_ray_ends_with_its_status_whatever_thread_is_left(tmp_path):
+    """A thread left running (a library's writer) would hold the interpreter's own end for
+    a minute; end_driver leaves Ray and ends the process with main's status."""
+    done, took = _run(
+        "import threading, time\n"
+        "import ray\n"
+        "from sweeps.ending import end_driver\n"
+        "from sweeps.ray_init import init_local_ray\n"
+        "def main():\n"
+        "    init_local_ray()\n"
+        f"    open({str(tmp_path / 'session')!r}, 'w').write(\n"
+        "        ray.get_runtime_context().gcs_address)\n"
+        "    threading.Thread(target=time.sleep, args=(60,), name='stuck-writer').start()\n"
+        "    print('last line', flush=True)\n"
+        "    return 3\n"
+        "end_driver(main)\n", timeout_s=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert took < 45, took  # Ray's start and stop, not the thread's 60 s
+    assert done.stdout.strip().endswith("last line")
+    gcs = (tmp_path / "session").read_text()
+    assert not reachable(gcs)  # the Ray it started has stopped
+
+
+def test_a_driver_without_ray_ends_as_python_does():
+    done, _ = _run("from sweeps.ending import end_driver\nend_driver(lambda: 4)\n")
+    assert done.returncode == 4 and not done.stderr
+    done, _ = _run("import sys\nfrom sweeps.ending import end_driver\n"
+                   "def main():\n    sys.exit(2)\nend_driver(main)\n")
+    assert done.returncode == 2 and not done.stderr
+    done, _ = _run("from sweeps.ending import end_driver\nend_driver(lambda: None)\n")
+    assert done.returncode == 0
+
+
+def _stop_watch_script(address: str, grace_s: float = 20, disarm: bool = False) -> str:
+    """A driver whose main thread never gets back to Python once SIGTERM comes (its handler
+    blocks, as a call into a dead Ray does), with a StopWatch on `address`."""
+    return ("import os, signal, threading, time\n"
+            "import sweeps.ending as ending\n"
+            f"ending.STOP_GRACE_S = {grace_s}\n"
+            "signal.signal(signal.SIGTERM, lambda *a: time.sleep(60 if not DISARM else 0))\n"
+            f"DISARM = {disarm}\n"
+            f"watch = ending.StopWatch({address!r},\n"
+            "                          lambda s: f'Continue with: x --resume ({s})')\n"
+            "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
+            "time.sleep(1.5)\n"
+            "if DISARM:\n"
+            "    watch.disarm()\n"
+            "    time.sleep(3)\n"
+            "    print('went on', flush=True)\n")
+
+
+def test_after_a_stop_a_lost_gcs_ends_the_driver_at_once_with_the_resume_line():
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens: a GCS stopped with the job
+    done, took = _run(_stop_watch_script(closed))
+    assert done.returncode == 143, done.stderr
+    assert took < 15  # GCS_GONE_S after the first failed connection, not STOP_GRACE_S
+    assert f"Ray's GCS at {closed} is gone" in done.stderr
+    assert "Continue with: x --resume (15)" in done.stderr
+
+
+def test_after_a_stop_a_driver_held_by_a_live_ray_ends_after_the_grace():
+    import socket
+
+    with socket.socket() as server:  # a GCS that answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        done, took = _run(_stop_watch_script(address, grace_s=2))
+        disarmed, _ = _run(_stop_watch_script(address, grace_s=1, disarm=True))
+    assert done.returncode == 143, done.stderr
+    assert took < 30
+    assert "had not let go of the trials 2 s after the signal" in done.stderr
+    assert "Ray's GCS" not in done.stderr and "Continue with: x --resume" in done.stderr
+    # disarmed (every trial had finished before the stop): the driver goes on to its end
+    assert disarmed.returncode == 0 and disarmed.stdout == "went on\n", disarmed.stderr
+
+
+def test_progress_file_counts_finished_trials_and_epochs_over_the_experiments(tmp_path,
+                                                                                monkeypatch):
+    path = tmp_path / "progress"
+    monkeypatch.setenv("SWEEP_PROGRESS_FILE", str(path))
+
+    def result(epochs: int, done: bool) -> SimpleNamespace:
+        return SimpleNamespace(metrics={"training_iteration": epochs}, done=done)
+
+    finished = lambda r: r.done  # noqa: E731
+    write_progress("study_a", [result(4, True), result(2, False)], 2, finished)
+    assert json.loads(path.read_text()) == {"trials": 2, "finished": 1, "epochs": 6}
+    write_progress("study_b", [result(3, True)], 3, finished)  # 3 trials, 1 reported yet
+    assert json.loads(path.read_text()) == {"trials": 5, "finished": 2, "epochs": 9}
+    write_progress("study_a", [result(4, True), result(4, True)], 2, finished)
+    assert json.loads(path.read_text()) == {"trials": 5, "finished": 3, "epochs": 11}
+    assert not list(tmp_path.glob("*.part"))
+    monkeypatch.delenv("SWEEP_PROGRESS_FILE")
+    write_progress("study_c", [result(9, True)], 1, finished)  # no file asked: none written
+    assert json.loads(path.read_text())["epochs"] == 11
+
+
+NODES = [NodeShape("n1", 2, 0), NodeShape("n2", 2, 0)]
+
+
+def test_a_sweep_no_node_can_place_is_refused_naming_the_ask_and_the_nodes(monkeypatch,
+                                                                          capsys):
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    with pytest.raises(SweepError) as refused:
+        check_resources("10.0.0.1:20000", 1, 1, NODES)
+    message = str(refused.value)
+    assert message.startswith("each trial asks 1 CPU and 1 GPU (--cpus-per-trial 1 "
+                              "--gpus-per-trial 1), and no node of the Ray at 10.0.0.1:20000")
+    assert "n1 has 2 CPUs and 0 GPUs, n2 has 2 CPUs and 0 GPUs" in message
+    assert "sbatch --gres=gpu:N or --gpus-per-node=N" in message
+    assert "\n" not in message
+    assert "Ray at 10.0.0.1:20000: n1 has 2 CPUs and 0 GPUs" in capsys.readouterr().out
+    monkeypatch.delenv("SLURM_JOB_ID")
+    with pytest.raises(SweepError, match=r"ask fewer CPUs \(--cpus-per-trial\)$"):
+        check_resources(None, 4, 0, NODES)
+
+
+def test_a_sweep_one_node_can_place_passes(capsys):
+    nodes = [*NODES, NodeShape("n3", 4, 2)]
+    assert check_resources("h:1", 4, 0.5, nodes) == nodes
+    assert check_resources(None, 1, 0, NODES) == NODES
+    assert capsys.readouterr().out.count("Ray at h:1") == 1  # a local Ray: no line
+
+
+def test_an_autoscaling_clusters_node_types_count_as_nodes(tmp_path):
+    config = tmp_path / "ray_bootstrap_config.yaml"
+    config.write_text("available_node_types:\n"
+                      "  head: {resources: {CPU: 4}, min_workers: 0, max_workers: 0}\n"
+                      "  gpu_worker: {resources: {CPU: 8, GPU: 1}, min_workers: 0, "
+                      "max_workers: 4}\n")
+    types = autoscaler_node_types(config)
+    assert types == [NodeShape("gpu_worker", 8, 1, may_add=True)]
+    check_resources("h:1", 1, 1, [NodeShape("head", 4, 0), *types])  # a GPU node may come
+    assert autoscaler_node_types(tmp_path / "none.yaml") == []
