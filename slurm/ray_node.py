@@ -2,12 +2,14 @@
 
 `python slurm/ray_node.py head TEMP` or `... worker TEMP HEAD_ADDRESS`: `ray start --block`
 with the CPUs, GPUs and memory Slurm gave the job on this node, every port Ray opens taken
-from one block of free ports, and a temporary directory of its own (TEMP_<node name>): two
-jobs that Slurm places on one node then share no port and no directory (two Rays on one
-host collide on the defaults, ray-project/ray#10154). The head writes HOST:PORT to
-TEMP_<node>/address once its GCS answers. On SIGUSR2 (srun passes on the batch script's) or SIGTERM
-`ray start` stops the processes it started, and the directory is removed. Standard library
-only: it runs before anything is imported from the project.
+from one block of free ports claimed for this job, and a temporary directory of its own
+(TEMP_<node name>): two jobs that Slurm places on one node then share no port and no
+directory (two Rays on one host collide on the defaults, ray-project/ray#10154). The head
+writes HOST:PORT to TEMP_<node>/address once its GCS answers. On SIGUSR2 (srun passes on the
+batch script's) or SIGTERM `ray start` stops the processes it started, and the directory is
+removed. `python slurm/ray_node.py check-gpus`: exit 2, with one line, where torch does not
+see the GPUs Slurm gave this node. Standard library only: it runs before anything is
+imported from the project.
 """
 
 from __future__ import annotations
@@ -24,16 +26,19 @@ import sys
 import time
 from pathlib import Path
 
-# Ports 11000-31999: above Ray's and most services' defaults, below Linux's ephemeral range
-# (32768-60999), where an outgoing connection could hold a port between the check and Ray's
-# bind. 200 ports a block: the fixed ones, then the workers' range (a worker process each).
-FIRST_PORT, LAST_PORT, BLOCK = 11000, 32000, 200
+# Ports 20000-32599: above Ray's defaults (GCS 6379, client 10001, dashboard 8265, workers
+# 10002-19999, which another user's Ray on a shared node may hold without listening yet) and
+# below Linux's ephemeral range (32768-60999), where an outgoing connection could take a port
+# between the check and Ray's bind. 200 ports a block: the fixed ones, then the workers' range.
+FIRST_PORT, LAST_PORT, BLOCK = 20000, 32600, 200
 SLOTS = (LAST_PORT - FIRST_PORT) // BLOCK
 FIXED = ("port", "ray-client-server-port", "dashboard-port", "node-manager-port",
          "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
          "runtime-env-agent-port", "metrics-export-port")
 WORKER_PORTS = 10  # the workers' range starts at the block's 10th port
 STARTED = "Ray runtime started."
+STOP_WAIT_S = 10.0  # a stop signal to SIGKILL of what is left of this node's Ray
+TRIES = 3  # blocks tried when `ray start` fails (a port taken between the check and its bind)
 
 
 def port_free(port: int) -> bool:
@@ -45,17 +50,66 @@ def port_free(port: int) -> bool:
     return True
 
 
-def port_block(job: str, restart: str) -> int:
-    """The first port of a block nothing on this node listens on. The search starts at a
-    slot drawn from the job's id and run, so jobs started together on a node try different
-    blocks, and a requeued run does not wait for its last run's ports to be released."""
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(claims: Path, first: int) -> bool:
+    """Take block `first` for this process: a file created exclusively, holding its pid. A
+    claim whose process has ended is taken over. Jobs starting in the same second on one node
+    then never share a block, whatever their ports looked like when checked."""
+    claims.mkdir(parents=True, exist_ok=True)
+    path = claims / str(first)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = int(path.read_text() or 0)
+            except (OSError, ValueError):
+                owner = 0
+            if owner and _pid_alive(owner):
+                return False
+            if not owner and time.time() - path.stat().st_mtime < 5:
+                return False  # being written this instant
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as out:
+            out.write(str(os.getpid()))
+        return True
+    return False
+
+
+def port_block(job: str, restart: str, claims: Path, skip: frozenset[int] = frozenset()
+               ) -> int:
+    """The first port of a block nothing on this node listens on, claimed for this process
+    (release it with `release`). The search starts at a slot drawn from the job's id and run,
+    so that jobs started together on a node try different blocks first, and a requeued run
+    does not wait for its last run's ports to be released."""
     start = random.Random(f"{job}.{restart}").randrange(SLOTS)
     for i in range(SLOTS):
         first = FIRST_PORT + ((start + i) % SLOTS) * BLOCK
-        if all(port_free(p) for p in range(first, first + BLOCK)):
+        if first in skip or not all(port_free(p) for p in range(first, first + BLOCK)):
+            continue
+        if claim(claims, first):
             return first
-    raise SystemExit(f"error: no block of {BLOCK} free ports in {FIRST_PORT}-{LAST_PORT} "
+    raise SystemExit(f"error: no block of {BLOCK} free ports in {FIRST_PORT}-{LAST_PORT - 1} "
                      f"on {socket.gethostname()}")
+
+
+def release(claims: Path, first: int) -> None:
+    path = claims / str(first)
+    try:
+        if int(path.read_text() or 0) == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 def node_ip() -> str:
@@ -86,17 +140,54 @@ def slurm_resources() -> list[str]:
     return flags
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("head", "worker") or (argv[0] == "worker") != (
-            len(argv) == 3):
-        print("error: usage: ray_node.py head TEMP | ray_node.py worker TEMP HEAD_ADDRESS",
-              file=sys.stderr)
+TORCH_PROBE = ("import torch; print(torch.__version__, torch.version.cuda or 'none', "
+               "torch.cuda.device_count())")
+
+
+def driver_version() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=60).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return "none found (no nvidia-smi on this node)"
+    return out[0] if out else "unknown (nvidia-smi printed none)"
+
+
+def check_gpus(name: str) -> int:
+    """Exit 2 with one line where torch sees fewer GPUs than Slurm gave this node (a CUDA build
+    newer than the driver, a CPU-only build, no driver): every trial would fail there."""
+    given = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if not given:
+        return 0
+    try:
+        probe = subprocess.run([sys.executable, "-c", TORCH_PROBE], capture_output=True,
+                               text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        print(f"error: {name}: importing torch took over 300 s", file=sys.stderr, flush=True)
         return 2
-    role, name = argv[0], os.environ.get("SLURMD_NODENAME", socket.gethostname())
-    temp = Path(f"{argv[1]}_{name}")
-    temp.mkdir(parents=True, exist_ok=True)
-    first = port_block(os.environ.get("SLURM_JOB_ID", "0"),
-                       os.environ.get("SLURM_RESTART_COUNT", "0"))
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"error: {name}: {sys.executable} cannot import torch: {last}", file=sys.stderr,
+              flush=True)
+        return 2
+    version, cuda, seen = probe.stdout.split()[-3:]
+    if int(seen) >= len(given):
+        print(f"ray_node: {name}: torch {version} sees the {len(given)} GPUs Slurm gave",
+              flush=True)
+        return 0
+    build = "a CPU-only build" if cuda == "none" else f"a CUDA {cuda} build"
+    gpus = f"{len(given)} GPU" + ("" if len(given) == 1 else "s")
+    print(f"error: {name}: Slurm gave this job {gpus} here, torch {version} ({build}) sees "
+          f"{seen}; NVIDIA driver: {driver_version()}. Install the torch build the driver "
+          f"takes (make .venv/.installed TORCH_CUDA=..., docs/CLUSTER.md, \"On a Slurm "
+          f"cluster\"), or run on CPUs with --device cpu", file=sys.stderr, flush=True)
+    return 2
+
+
+def ray_command(role: str, name: str, temp: Path, first: int, head: str | None
+                ) -> tuple[list[str], dict[str, int], str]:
+    """`ray start` for this node on the block at `first`; its ports; the head's IP."""
     ports = dict(zip(FIXED, range(first, first + len(FIXED)), strict=False))
     if role == "worker":  # the head's own ports only on the head
         for key in ("port", "ray-client-server-port", "dashboard-port"):
@@ -113,27 +204,64 @@ def main(argv: list[str]) -> int:
            "--resources", json.dumps({f"slurm_node:{name}": 1}),
            *[f"--{key}={value}" for key, value in ports.items()], *slurm_resources()]
     cmd += (["--head", "--node-ip-address", ip, "--include-dashboard", "false"]
-            if role == "head" else ["--address", argv[2]])
+            if role == "head" else ["--address", str(head)])
+    return cmd, ports, ip
+
+
+def main(argv: list[str]) -> int:
+    name = os.environ.get("SLURMD_NODENAME", socket.gethostname())
+    if argv == ["check-gpus"]:
+        return check_gpus(name)
+    if len(argv) < 2 or argv[0] not in ("head", "worker") or (argv[0] == "worker") != (
+            len(argv) == 3):
+        print("error: usage: ray_node.py head TEMP | ray_node.py worker TEMP HEAD_ADDRESS | "
+              "ray_node.py check-gpus", file=sys.stderr)
+        return 2
+    role = argv[0]
+    temp = Path(f"{argv[1]}_{name}")
+    shutil.rmtree(temp, ignore_errors=True)  # a SIGKILLed run's, under the same job id and run
+    temp.mkdir(parents=True)
+    claims = temp.parent / "ray_port_blocks"
     log = temp / "ray_start.log"
     # Slurm signals every process of the step, Ray's too: they ignore USR2 (inherited through
     # exec), so that `ray start` stops them on the SIGTERM sent below, not dies of it at once.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-    stopping: list[int] = []
+    procs: list[subprocess.Popen] = []
+    stopping: list[float] = []  # when a stop signal came
 
     def stop(signum: int, frame: object) -> None:
-        stopping.append(signum)
-        if proc.poll() is None:
-            proc.terminate()  # `ray start --block` drains and stops its node's processes
+        stopping.append(time.monotonic())
+        if procs and procs[-1].poll() is None:
+            procs[-1].terminate()  # `ray start --block` drains and stops its node's processes
 
-    for sig in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):  # USR2: the batch script's
-        signal.signal(sig, stop)
+    tried: set[int] = set()
+    first = 0
     try:
-        while proc.poll() is None and STARTED not in log.read_text(errors="replace"):
-            time.sleep(0.5)
+        for attempt in range(1, TRIES + 1):
+            first = port_block(os.environ.get("SLURM_JOB_ID", "0"),
+                               os.environ.get("SLURM_RESTART_COUNT", "0"), claims,
+                               frozenset(tried))
+            tried.add(first)
+            cmd, ports, ip = ray_command(role, name, temp, first,
+                                         argv[2] if role == "worker" else None)
+            with open(log, "w") as out:
+                procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+            if attempt == 1:
+                for sig in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, stop)  # USR2: the batch script's
+            proc = procs[-1]
+            while proc.poll() is None and STARTED not in log.read_text(errors="replace"):
+                time.sleep(0.5)
+            if proc.poll() is None or stopping:
+                break
+            release(claims, first)
+            if attempt < TRIES:  # most likely a port taken since the check: another block
+                print(f"ray_node: `ray start` on {name} failed on ports {first}-"
+                      f"{first + BLOCK - 1} ({proc.returncode}); trying another block",
+                      flush=True)
+                continue
+        proc = procs[-1]
         if proc.poll() is None:
             address = f"{ip}:{ports['port']}" if role == "head" else ""
             print(f"ray_node: {role} on {name}, ports {first}-{first + BLOCK - 1}"
@@ -141,23 +269,32 @@ def main(argv: list[str]) -> int:
             if role == "head":
                 (temp / "address.part").write_text(address)
                 (temp / "address.part").rename(temp / "address")
-        code = proc.wait()
+        while proc.poll() is None and not (stopping and time.monotonic() - stopping[0]
+                                            > STOP_WAIT_S):
+            time.sleep(0.2)
         if stopping:
             return 0
+        code = proc.returncode
         print(f"ray_node: `ray start` on {name} ended by itself ({code}):\n"
               + log.read_text(errors="replace")[-3000:], file=sys.stderr, flush=True)
         return 1
     finally:
-        if proc.poll() is None:
-            proc.terminate()
+        for proc in procs:
+            if proc.poll() is None and not stopping:
+                proc.terminate()
+                try:
+                    proc.wait(STOP_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            # Whatever of this node's Ray is left: its processes (the trial workers too) are in
+            # `ray start`'s session, and after a plain scancel (Ray's GCS gone with it) they
+            # would wait a minute on the GCS, past Slurm's KillWait.
             try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
-        try:  # whatever of this node's Ray is left (workers that outlived their raylet)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if first:
+            release(claims, first)
         shutil.rmtree(temp, ignore_errors=True)
 
 

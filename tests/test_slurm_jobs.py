@@ -1,0 +1,189 @@
+"""slurm/sweep.sbatch's jobs beside the walltime scenario (tests/test_slurm.py), on a real
+Slurm started here whose nodes have 2 CPUs and 2 GPUs as GRES each (tests/slurm_cluster.py):
+
+- a sweep given GPUs (`--gres=gpu:2`) places its trials on both nodes' GPUs;
+- trials asking GPUs the job lacks are refused at once, and so is a job whose torch cannot
+  see the GPUs Slurm gave (no requeue);
+- two jobs started together on one node take port blocks that do not overlap;
+- a plain `scancel` ends the job well before Slurm's KillWait;
+- a sweep whose trials all finished, or that makes no progress, is not requeued again.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import SMALL_NET
+from tests.processes import with_text
+from tests.slurm_cluster import NODES, Slurm, SlurmUnavailable, slurm_cluster
+from tests.test_slurm import FINAL, SCRIPT, _until
+
+pytestmark = [pytest.mark.ray, pytest.mark.system, pytest.mark.slow]
+
+SWEEP = ["sweeps/digits_grid.py", "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--K", "2",
+         "--batch-size", "256", "--mi-eval-steps", "20", *SMALL_NET]
+KILL_WAIT_S = 30  # Slurm's default KillWait: a cancelled job's processes are SIGKILLed then
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[Slurm]:
+    try:
+        with slurm_cluster() as cluster:
+            yield cluster
+    except SlurmUnavailable as exc:
+        pytest.fail(f"Slurm cannot be started here: {exc}", pytrace=False)
+
+
+def _ended(slurm: Slurm, *jobs: str) -> bool:
+    return all(slurm.job(job)["JobState"] in FINAL for job in jobs)
+
+
+def _logs(slurm: Slurm, *logs: Path) -> list[Path]:
+    return [*logs, slurm.home / "log" / "slurmctld.log"]
+
+
+def test_a_gpu_sweep_places_its_trials_on_both_nodes_gpus(slurm, tmp_path):
+    out, log = tmp_path / "out", tmp_path / "gpu.log"
+    # --device cpu: the GPUs are Slurm's fake ones; Ray counts and hands them out all the same.
+    # A trial takes a node's 2 CPUs: one trial a node, so both nodes run one.
+    job = slurm.sbatch(log, "--gres=gpu:2", "--cpus-per-task=2", "--time=10", str(SCRIPT),
+                       *SWEEP, "--device", "cpu", "--cpus-per-trial", "2",
+                       "--gpus-per-trial", "0.5", "--epochs", "2", "--out", str(out))
+    _until(lambda: _ended(slurm, job), "the GPU sweep ends", 300, _logs(slurm, log))
+    info, text = slurm.job(job), log.read_text()
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", text[-3000:]
+    # each node's Ray counted the 2 GPUs Slurm gave the job there
+    assert re.search(r"Ray at \S+: n1 has 2 CPUs and 2 GPUs, n2 has 2 CPUs and 2 GPUs", text), \
+        text[-3000:]
+    assert "torch" not in text.split("Ray head on")[1].split("Ray at")[0]  # no GPU check
+    df = pd.read_parquet(out / "results.parquet")
+    assert (df["status"] == "ok").all() and len(df) == 4, df
+    assert set(df["node"]) == set(NODES), df[["lam", "epoch", "node"]]
+
+
+def test_trials_asking_gpus_the_job_lacks_are_refused_at_once(slurm, tmp_path):
+    log = tmp_path / "refused.log"
+    started = time.monotonic()
+    job = slurm.sbatch(log, "--time=10", str(SCRIPT), *SWEEP, "--gpus-per-trial", "1",
+                       "--epochs", "2", "--out", str(tmp_path / "out"))
+    _until(lambda: _ended(slurm, job), "the refused job ends", 120, _logs(slurm, log))
+    took = time.monotonic() - started
+    info, text = slurm.job(job), log.read_text()
+    assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0", text[-3000:]
+    assert info["Restarts"] == "0"
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, text[-3000:]
+    assert errors[0].startswith("error: each trial asks 1 CPU and 1 GPU (--cpus-per-trial 1 "
+                                "--gpus-per-trial 1), and no node of the Ray at")
+    assert "n1 has 1 CPU and 0 GPUs, n2 has 1 CPU and 0 GPUs" in errors[0]
+    assert "sbatch --gres=gpu:N or --gpus-per-node=N" in errors[0]
+    assert "epoch 1/" not in text and not (tmp_path / "out" / "tune").exists()
+    assert took < 90, took  # a minute, with the job's start and Ray's
+
+
+def test_a_job_whose_torch_sees_none_of_its_gpus_stops_at_its_start(slurm, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a real GPU here: Slurm's fake GPU 0 would be it")
+    log = tmp_path / "nogpu.log"
+    job = slurm.sbatch(log, "--gres=gpu:1", "--time=10", str(SCRIPT), *SWEEP,
+                       "--epochs", "1", "--out", str(tmp_path / "out"), nodes=1)
+    _until(lambda: _ended(slurm, job), "the job ends", 120, _logs(slurm, log))
+    info, text = slurm.job(job), log.read_text()
+    assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0", text[-3000:]
+    error = next(line for line in text.splitlines() if line.startswith("error:"))
+    build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"
+    assert error.startswith(f"error: n1: Slurm gave this job 1 GPU here, torch "
+                            f"{torch.__version__} ({build}) sees 0; NVIDIA driver: "), error
+    assert "TORCH_CUDA=" in error
+    assert "ray_node: head" not in text  # stopped before Ray started
+
+
+def test_two_jobs_started_together_on_one_node_take_ports_that_do_not_overlap(slurm,
+                                                                            tmp_path):
+    logs = [tmp_path / "p1.log", tmp_path / "p2.log"]
+    jobs = [slurm.sbatch(log, "-w", "n2", "--mem=500", "--time=5", str(SCRIPT),
+                         "sweeps/digits_grid.py", "--dry-run", nodes=1) for log in logs]
+    _until(lambda: _ended(slurm, *jobs), "both jobs end", 120, _logs(slurm, *logs))
+    ranges = []
+    for job, log in zip(jobs, logs, strict=True):
+        assert slurm.job(job)["ExitCode"] == "0:0", log.read_text()[-3000:]
+        (first, last), = re.findall(r"ray_node: head on n2, ports (\d+)-(\d+)", log.read_text())
+        ranges.append(range(int(first), int(last) + 1))
+    starts = {slurm.job(job)["StartTime"] for job in jobs}
+    print(f"start times {sorted(starts)}, port ranges {ranges}")
+    assert not set(ranges[0]) & set(ranges[1]), ranges
+    for r in ranges:  # outside Ray's default worker ports and Linux's ephemeral ones
+        assert r.start >= 20000 and r.stop <= 32768, r
+
+
+def test_a_cancelled_sweep_ends_well_before_slurms_killwait(slurm, tmp_path):
+    out, log = tmp_path / "out", tmp_path / "cancel.log"
+    job = slurm.sbatch(log, "--time=10", str(SCRIPT), *SWEEP, "--device", "cpu",
+                       "--epochs", "200", "--out", str(out))
+    _until(lambda: any(out.glob("tune/digits_grid/*/checkpoint_*")), "a checkpoint", 300,
+           _logs(slurm, log))
+    cancelled = time.monotonic()
+    slurm.run("scancel", job)  # every process of the job, Ray's GCS among them, gets SIGTERM
+    _until(lambda: _ended(slurm, job), "the cancelled job ends", 120, _logs(slurm, log))
+    took = time.monotonic() - cancelled
+    text = log.read_text()
+    assert took < KILL_WAIT_S - 5, (took, text[-3000:])  # not ended by Slurm's SIGKILL
+    # The driver says it stopped, unless Ray's core worker ended it first on losing its node's
+    # raylet (exit status 1, Tune's state already written); the script's line says it always.
+    assert re.search(r"sweep.sbatch: stopped by TERM; continue with: sbatch \[the same "
+                     r"options\] slurm/sweep.sbatch sweeps/digits_grid.py .* --resume\n", text)
+    assert "Wrote the latest version of all result files and experiment state" in text
+    assert not with_text(f"/tmp/ray_{job}_"), job
+    print(f"ended {took:.0f} s after scancel")
+
+
+FAKE_DRIVER = """\
+import json, os, signal, sys, time
+progress = os.environ["SWEEP_PROGRESS_FILE"]
+if sys.argv[1] == "finished":  # what a driver whose trials all finished reports
+    with open(progress, "w") as out:
+        json.dump({"trials": 2, "finished": 2, "epochs": 8}, out)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+print("fake driver running", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_sweep_that_finished_or_makes_no_progress_is_not_requeued(slurm, tmp_path):
+    """The walltime's signal (sent by hand, with a lead that covers the whole walltime) to a
+    driver that reports every trial finished, and twice to one that reports nothing."""
+    driver = tmp_path / "fake_driver.py"
+    driver.write_text(FAKE_DRIVER)
+    logs = {kind: tmp_path / f"{kind}.log" for kind in ("finished", "stuck")}
+    jobs = {kind: slurm.sbatch(log, "--time=10", str(SCRIPT), str(driver), kind, nodes=1,
+                               env={"SWEEP_SIGNAL_LEAD": "600"})
+            for kind, log in logs.items()}
+    every = _logs(slurm, *logs.values())
+
+    def signal_run(kind: str, run: int) -> None:
+        _until(lambda: logs[kind].exists() and logs[kind].read_text().count(
+            "fake driver running") > run, f"{kind}'s run {run}", 120, every)
+        slurm.run("scancel", "--batch", "--signal=USR1", jobs[kind])
+
+    signal_run("finished", 0)
+    signal_run("stuck", 0)
+    _until(lambda: slurm.job(jobs["stuck"])["Restarts"] == "1", "stuck requeued once", 120,
+           every)
+    signal_run("stuck", 1)  # a second run without a new epoch
+    _until(lambda: _ended(slurm, *jobs.values()), "both jobs end", 120, every)
+    finished, stuck = slurm.job(jobs["finished"]), slurm.job(jobs["stuck"])
+    assert finished["Restarts"] == "0" and finished["ExitCode"] == "143:0", finished
+    assert "every trial had finished: not requeued" in logs["finished"].read_text()
+    assert stuck["Restarts"] == "1" and stuck["ExitCode"] == "143:0", stuck
+    text = logs["stuck"].read_text()
+    assert "requeued; the next run continues with --resume" in text
+    assert ("2 runs in a row without a new epoch (SWEEP_MAX_IDLE_REQUEUES=2): not requeued"
+            in text), text[-3000:]
