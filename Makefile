@@ -5,6 +5,8 @@
 #   make test-integration - sweeps and trials on one shared local Ray
 #   make test-system - signals, SIGKILL, node loss, several nodes, trackers, servers
 #   make gpu-check - on a machine with a CUDA GPU: CUDA tests, a paper-preset slice, a report
+#   make .venv/.installed TORCH_CUDA=cu126 - torch's CUDA 12.6 build, for NVIDIA drivers 525-579
+#     (unset: PyPI's CUDA 13.0 build, driver >= 580; the builds: tools/torch_builds.txt)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -17,12 +19,26 @@ ARGS ?=
 # pip's time (docs/MEASURED.md, "The test suite's time"); pip does it where uv cannot be had.
 # Compiled as pip does: where PYTHONDONTWRITEBYTECODE is set (CI), every process would
 # otherwise compile torch and Ray again at each import (the suite took 1.5x as long).
-REQUIREMENTS := torch==2.14.1 torchvision==0.29.1 -e '.[dev,mlflow,wandb]'
+# torch's build: TORCH_CUDA unset installs PyPI's torch (its CUDA 13.0 build: NVIDIA driver >= 580);
+# TORCH_CUDA=BUILD, one of tools/torch_builds.txt (cu126: driver >= 525; cpu), installs the pins
+# +BUILD (torch 2.14.1+BUILD) from https://download.pytorch.org/whl/BUILD, the rest as before.
+# Another value: one error line, exit status 2, nothing run. A venv keeps the build it got (a
+# later make without TORCH_CUDA leaves it there); naming another build installs that one.
+TORCH_CUDA ?=
+ifneq ($(TORCH_CUDA),)
+TORCH_CUDA_ERROR := $(shell sh tools/torch_build.sh '$(TORCH_CUDA)' 2>&1)
+$(if $(TORCH_CUDA_ERROR),$(error $(TORCH_CUDA_ERROR)))
+endif
+TORCH_BUILD := $(if $(TORCH_CUDA),+$(TORCH_CUDA))
+TORCH_INDEX := $(if $(TORCH_CUDA),--extra-index-url https://download.pytorch.org/whl/$(TORCH_CUDA) )
+TORCH_MARK := $(if $(TORCH_CUDA),$(VENV)/.torch-$(TORCH_CUDA))
+REQUIREMENTS := $(TORCH_INDEX)torch==2.14.1$(TORCH_BUILD) torchvision==0.29.1$(TORCH_BUILD) -e '.[dev,mlflow,wandb]'
 # ray[default] (the job server of the job test's head) beside the environment, not in it: in it,
 # every Ray the tests start would run the full dashboard agent (tools/ray_default_extras.py).
 UV_VERSION := 0.13.9
 
-$(VENV)/.installed: pyproject.toml tools/ray_default_extras.py
+$(VENV)/.installed: pyproject.toml tools/ray_default_extras.py $(TORCH_MARK)
+	$(if $(TORCH_MARK),rm -f $(VENV)/.torch-*)
 	$(PYTHON) -m venv $(VENV)
 	if $(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); then \
 	  $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
@@ -33,7 +49,14 @@ $(VENV)/.installed: pyproject.toml tools/ray_default_extras.py
 	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet $(REQUIREMENTS); \
 	fi
 	$(PY) tools/ray_default_extras.py $(VENV)/ray-default
+	$(if $(TORCH_MARK),touch $(TORCH_MARK))
 	touch $@
+
+# The venv's mark of the TORCH_CUDA build it has: missing (none was named, or another),
+# the install runs again.
+ifneq ($(TORCH_MARK),)
+$(TORCH_MARK): ;
+endif
 
 quick: $(VENV)/.installed
 	$(PY) sweeps/digits_grid.py --preset quick $(ARGS)

@@ -96,8 +96,12 @@ def test_gpu_nodes_name_one_ami_and_the_head_stops_on_its_placeholder(cluster):
 def test_torch_is_installed_pinned_before_the_project_on_every_node(cluster):
     prepared = _validate(cluster)
     assert not prepared.get("setup_commands")  # a common command would run before the pins
+    # the workers' build: $TORCH_CUDA, set on their containers (tests/test_torch_pins.py)
+    (env,) = [o for o in prepared["docker"]["worker_run_options"] if "TORCH_CUDA=" in o]
+    worker_build = env.partition("TORCH_CUDA=")[2]
     for role, build in (("head", "cpu"), ("worker", "cu")):
-        commands = prepared[f"{role}_setup_commands"]
+        commands = [c.replace("$TORCH_CUDA", worker_build)
+                    for c in prepared[f"{role}_setup_commands"]]
         torch_at = [i for i, c in enumerate(commands) if "--index-url" in c and "torch==" in c]
         project_at = [i for i, c in enumerate(commands) if "-e ~/unbiased-mi" in c]
         assert len(torch_at) == 1 and len(project_at) == 1 and torch_at[0] < project_at[0]
