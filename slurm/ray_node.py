@@ -144,6 +144,22 @@ TORCH_PROBE = ("import torch; print(torch.__version__, torch.version.cuda or 'no
                "torch.cuda.device_count())")
 
 
+# What Ray's processes write to their logs (TEMP/session_*/logs) when a port they were given
+# is taken: the GCS's grpc server, or a bind.
+PORT_TAKEN = ("Failed to start the grpc server", "Address already in use")
+
+
+def port_taken(temp: Path) -> bool:
+    for path in temp.glob("session_*/logs/*"):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if any(sign in text for sign in PORT_TAKEN):
+            return True
+    return False
+
+
 def driver_version() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
@@ -219,8 +235,6 @@ def main(argv: list[str]) -> int:
         return 2
     role = argv[0]
     temp = Path(f"{argv[1]}_{name}")
-    shutil.rmtree(temp, ignore_errors=True)  # a SIGKILLed run's, under the same job id and run
-    temp.mkdir(parents=True)
     claims = temp.parent / "ray_port_blocks"
     log = temp / "ray_start.log"
     # Slurm signals every process of the step, Ray's too: they ignore USR2 (inherited through
@@ -238,6 +252,9 @@ def main(argv: list[str]) -> int:
     first = 0
     try:
         for attempt in range(1, TRIES + 1):
+            # Empty: a SIGKILLed run's under the same job id and run, or the last attempt's.
+            shutil.rmtree(temp, ignore_errors=True)
+            temp.mkdir(parents=True)
             first = port_block(os.environ.get("SLURM_JOB_ID", "0"),
                                os.environ.get("SLURM_RESTART_COUNT", "0"), claims,
                                frozenset(tried))
@@ -252,6 +269,10 @@ def main(argv: list[str]) -> int:
                     signal.signal(sig, stop)  # USR2: the batch script's
             proc = procs[-1]
             while proc.poll() is None and STARTED not in log.read_text(errors="replace"):
+                if port_taken(temp):  # `ray start` itself waits 40 s for its GCS to give up
+                    os.killpg(proc.pid, signal.SIGKILL)  # it and what it started, at once
+                    proc.wait()
+                    break
                 time.sleep(0.5)
             if proc.poll() is None or stopping:
                 break

@@ -4,10 +4,17 @@ two jobs starting together on a node never share one, a dead job's claim taken o
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("ray_node", ROOT / "slurm" / "ray_node.py")
@@ -56,3 +63,51 @@ def test_a_block_with_a_port_in_use_is_skipped(tmp_path):
     with socket.socket() as s:
         s.bind(("", first + 57))  # any port of the block
         assert ray_node.port_block("43", "0", tmp_path) != first
+
+
+@pytest.fixture
+def short_tmp():
+    path = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.ray
+@pytest.mark.system
+def test_a_block_taken_after_the_check_is_retried_with_another(short_tmp):
+    """Another process binds the claimed block's GCS port between ray_node's check and `ray
+    start`'s bind: `ray start` fails, and ray_node starts Ray on another block."""
+    tmp_path = short_tmp  # Ray's sockets live under it: 107 characters at most
+    claims = tmp_path / "ray_port_blocks"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RAY_ADDRESS"))}
+    env.update(RAY_USAGE_STATS_ENABLED="0", SLURM_JOB_ID="77")
+    node = subprocess.Popen([sys.executable, str(ROOT / "slurm" / "ray_node.py"), "head",
+                             str(tmp_path / "ray")], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    taken = socket.socket()
+    try:
+        deadline = time.monotonic() + 30
+        while not (claims.exists() and any(claims.iterdir())):
+            assert time.monotonic() < deadline and node.poll() is None, "no block claimed"
+            time.sleep(0.005)
+        first = int(next(claims.iterdir()).name)
+        taken.bind(("", first))  # the GCS port of the block just claimed
+        taken.listen(1)
+        address = tmp_path / f"ray_{os.uname().nodename}" / "address"
+        deadline = time.monotonic() + 120
+        while not address.exists():
+            assert time.monotonic() < deadline and node.poll() is None, "Ray did not start"
+            time.sleep(0.2)
+        port = int(address.read_text().rsplit(":", 1)[1])
+        assert port != first and port % ray_node.BLOCK == 0
+        assert sorted(p.name for p in claims.iterdir()) == [str(port)]  # the first released
+    finally:
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGUSR2)  # as the batch script stops it
+        out = node.communicate(timeout=60)[0]
+        taken.close()
+        print(out)
+    assert f"failed on ports {first}-{first + ray_node.BLOCK - 1}" in out, out
+    assert "trying another block" in out and f"ports {port}-" in out, out
+    assert node.returncode == 0 and not list(claims.iterdir()), out
