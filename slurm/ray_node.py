@@ -196,8 +196,9 @@ def check_gpus(name: str) -> int:
     gpus = f"{len(given)} GPU" + ("" if len(given) == 1 else "s")
     print(f"error: {name}: Slurm gave this job {gpus} here, torch {version} ({build}) sees "
           f"{seen}; NVIDIA driver: {driver_version()}. Install the torch build the driver "
-          f"takes (make .venv/.installed TORCH_CUDA=..., docs/CLUSTER.md, \"On a Slurm "
-          f"cluster\"), or run on CPUs with --device cpu", file=sys.stderr, flush=True)
+          f"takes (make .venv/.installed TORCH_CUDA=..., docs/CLUSTER.md, \"GPUs, and "
+          f"torch's CUDA build\"), or run on CPUs with --device cpu", file=sys.stderr,
+          flush=True)
     return 2
 
 

@@ -12,6 +12,7 @@ each node's steps as on a GPU cluster). By hand, for a look at what a job does:
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -107,6 +108,9 @@ def config(home: Path, ports: dict[str, int], munge: Path) -> str:
     # default); sched_interval: how often pending jobs are looked at (60 s).
     return "\n".join([
         "ClusterName=test", f"SlurmctldHost={host}(127.0.0.1)",
+        # Job ids of their own: two test Slurms at once (two test files under xdist) would
+        # both number from 1, and a job's Ray directory is named after its id.
+        f"FirstJobId={random.randrange(1000, 10**6, 1000)}",
         f"SlurmctldPort={ports['ctld']}", "SlurmUser=root", "SlurmdUser=root",
         "AuthType=auth/munge", "CredType=cred/munge",
         f"AuthInfo=socket={munge}/socket,cred_expire=5",
