@@ -64,7 +64,7 @@ def init_local_ray() -> None:
 EXPECT_NODES_ENV = "SWEEP_EXPECT_NODES"
 NODES_WAIT_S = 45.0
 # Where a cluster started by `ray up` lists the node types its autoscaler may add (Tune's own
-# test for an autoscaling cluster, ray.tune.execution.cluster_info): present on its head.
+# test for an autoscaling cluster): present on its head.
 AUTOSCALER_CONFIG = Path("~/ray_bootstrap_config.yaml")
 
 

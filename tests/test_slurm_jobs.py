@@ -93,14 +93,17 @@ def test_a_job_whose_torch_sees_none_of_its_gpus_stops_at_its_start(slurm, tmp_p
     if torch.cuda.is_available():
         pytest.skip("torch sees a real GPU here: Slurm's fake GPU 0 would be it")
     log = tmp_path / "nogpu.log"
-    job = slurm.sbatch(log, "--gres=gpu:1", "--time=10", str(SCRIPT), *SWEEP,
+    # 2 GPUs and the 1 CPU a job gets without --cpus-per-task
+    job = slurm.sbatch(log, "--gres=gpu:2", "--time=10", str(SCRIPT), *SWEEP,
                        "--epochs", "1", "--out", str(tmp_path / "out"), nodes=1)
     _until(lambda: _ended(slurm, job), "the job ends", 120, _logs(slurm, log))
     info, text = slurm.job(job), log.read_text()
     assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0", text[-3000:]
+    assert ("sweep.sbatch: n1 has 2 GPUs and 1 CPU: each trial takes a CPU at least, so at "
+            "most 1 GPUs are used at a time (sbatch --cpus-per-task=2 or more)") in text
     error = next(line for line in text.splitlines() if line.startswith("error:"))
     build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"
-    assert error.startswith(f"error: n1: Slurm gave this job 1 GPU here, torch "
+    assert error.startswith(f"error: n1: Slurm gave this job 2 GPUs here, torch "
                             f"{torch.__version__} ({build}) sees 0; NVIDIA driver: "), error
     assert "TORCH_CUDA=" in error
     assert "ray_node: head" not in text  # stopped before Ray started
