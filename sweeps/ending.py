@@ -134,8 +134,10 @@ class StopWatch:
         self.release()
 
     def _hear(self) -> None:
+        """Read the wakeup fd until it is released (never closed earlier: Python would
+        complain at every later signal); the first stop signal starts the countdown."""
         with self._reader:
-            while self.signum is None:
+            while True:
                 try:
                     data = self._reader.recv(64)
                 except OSError:
@@ -143,9 +145,10 @@ class StopWatch:
                 if not data:
                     return
                 heard = [b for b in data if b in self.signals]
-                if heard:
+                if heard and self.signum is None:
                     self.signum = heard[0]
-        self._count_down(self.signum)
+                    threading.Thread(target=self._count_down, args=(self.signum,),
+                                     name="stop-countdown", daemon=True).start()
 
     def _count_down(self, signum: int) -> None:
         started = time.monotonic()

@@ -72,6 +72,8 @@ def _stop_watch_script(address: str, grace_s: float = 20, disarm: bool = False) 
             f"watch = ending.StopWatch({address!r},\n"
             "                          lambda s: f'Continue with: x --resume ({s})')\n"
             "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
+            "signal.signal(signal.SIGUSR1, lambda *a: None)  # Tune's stop, asked after it\n"
+            "threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGUSR1)).start()\n"
             "time.sleep(1.5)\n"
             "if DISARM:\n"
             "    watch.disarm()\n"
@@ -101,6 +103,7 @@ def test_after_a_stop_a_driver_held_by_a_live_ray_ends_after_the_grace():
     assert took < 30
     assert "had not let go of the trials 2 s after the signal" in done.stderr
     assert "Ray's GCS" not in done.stderr and "Continue with: x --resume" in done.stderr
+    assert "wakeup fd" not in done.stderr + disarmed.stderr  # read to its end, never closed
     # disarmed (every trial had finished before the stop): the driver goes on to its end
     assert disarmed.returncode == 0 and disarmed.stdout == "went on\n", disarmed.stderr
 
