@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,6 +181,16 @@ def slurm_cluster() -> Iterator[Slurm]:
             time.sleep(1)
         _stop(list(reversed(procs)))
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", name="slurm")
+def slurm_fixture() -> Iterator[Slurm]:
+    """The test files' Slurm (one per file); where none can start, the test fails saying why."""
+    try:
+        with slurm_cluster() as cluster:
+            yield cluster
+    except SlurmUnavailable as exc:
+        pytest.fail(f"Slurm cannot be started here: {exc}", pytrace=False)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import math
 import re
 import shlex
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -33,7 +32,7 @@ import pytest
 
 from tests.conftest import SMALL_NET
 from tests.processes import with_text
-from tests.slurm_cluster import NODES, ROOT, Slurm, SlurmUnavailable, slurm_cluster
+from tests.slurm_cluster import NODES, ROOT, Slurm, slurm_fixture  # noqa: F401 (`slurm`)
 
 # Daemons, signals, Ray clusters the jobs start (conftest's RAY_TMPDIR check cannot see them)
 pytestmark = [pytest.mark.ray, pytest.mark.system, pytest.mark.slow]
@@ -48,15 +47,6 @@ SWEEP = ["sweeps/digits_grid.py", "--sigma", "0.03", "--lam", "0,1", "--seeds", 
 LEAD_S = 180  # A's early signal: `--signal=B:USR1@180`, and SWEEP_SIGNAL_LEAD for the script
 END_S = 30  # a driver's last line to its job's end, at most
 DRIVER_LAST_LINE = "TensorBoard: "  # what a finished sweep's driver prints last
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[Slurm]:
-    try:
-        with slurm_cluster() as cluster:
-            yield cluster
-    except SlurmUnavailable as exc:
-        pytest.fail(f"Slurm cannot be started here: {exc}", pytrace=False)
 
 
 def _until(check, what: str, timeout_s: float, logs: list[Path]) -> None:

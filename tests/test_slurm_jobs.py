@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +20,7 @@ import pytest
 
 from tests.conftest import SMALL_NET
 from tests.processes import with_text
-from tests.slurm_cluster import NODES, Slurm, SlurmUnavailable, slurm_cluster
+from tests.slurm_cluster import NODES, Slurm, slurm_fixture  # noqa: F401 (`slurm`)
 from tests.test_slurm import FINAL, SCRIPT, _until
 
 pytestmark = [pytest.mark.ray, pytest.mark.system, pytest.mark.slow]
@@ -29,15 +28,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.system, pytest.mark.slow]
 SWEEP = ["sweeps/digits_grid.py", "--sigma", "0.03", "--lam", "0,1", "--seeds", "0", "--K", "2",
          "--batch-size", "256", "--mi-eval-steps", "20", *SMALL_NET]
 KILL_WAIT_S = 30  # Slurm's default KillWait: a cancelled job's processes are SIGKILLed then
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[Slurm]:
-    try:
-        with slurm_cluster() as cluster:
-            yield cluster
-    except SlurmUnavailable as exc:
-        pytest.fail(f"Slurm cannot be started here: {exc}", pytrace=False)
 
 
 def _ended(slurm: Slurm, *jobs: str) -> bool:
