@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -139,6 +140,9 @@ class SweepArgs:
     extra: dict[str, object] = field(default_factory=dict)
     # The keys set by a flag on the command line (the rest came from the preset).
     explicit: frozenset[str] = frozenset()
+    # The command that fetches this sweep's data where there is network (--fetch-data), for
+    # the error of a sweep whose data is missing (sweeps/fetch.py).
+    fetch_command: str = ""
 
     def __getitem__(self, key: str) -> object:
         return self.values[key]
@@ -295,6 +299,11 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     run.add_argument("--dry-run", action="store_true",
                      help="print every trial's grid point and the settings they share, then "
                           "exit: no data loaded, no Ray started, nothing written")
+    run.add_argument("--fetch-data", action="store_true",
+                     help="download the data these settings read into --root (or check it "
+                          "there), print what is there and exit: for a machine with network "
+                          "(a cluster's login node) before sweeps on nodes without; no Ray "
+                          "started, no OUT written")
     if not search:
         run.add_argument("--bundle", type=POS_INT, default=1, metavar="N",
                          help="train up to N grid points of mi_backprop with inner z 'batch' "
@@ -408,10 +417,40 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+def driver_command(prog: str) -> str:
+    """`python -m sweeps NAME` of the driver whose parser is named `prog`: its own
+    (`python -m sweeps NAME`), or from its file's name (sweeps/__main__.py's DRIVERS:
+    digits_grid.py is `digits`, k_ablation.py `k_ablation`; tests/test_fetch_data.py checks
+    each)."""
+    if prog.startswith("python"):
+        return prog
+    return "python -m sweeps " + prog.removesuffix(".py").removesuffix("_grid")
+
+
+def fetch_command(command: str, benchmark: str, preset: str, values: dict,
+                  explicit: set[str]) -> str:
+    """The command line that fetches the data of this sweep (`--fetch-data`): its driver,
+    preset, the flags given of the benchmark's fetch_keys (unbiased/benchmarks/spec.py), and
+    its --root."""
+    from unbiased.benchmarks import benchmark_spec
+
+    words = [command, "--preset", shlex.quote(preset)]
+    for key in benchmark_spec(benchmark).fetch_keys:
+        if key in explicit and values.get(key) is not None:
+            words += [flag_of(key), shlex.quote(_show(values[key]))]
+    words.append("--fetch-data")
+    if values.get("root"):
+        words += ["--root", shlex.quote(str(values["root"]))]
+    return " ".join(words)
+
+
 def resolve(parser: argparse.ArgumentParser, benchmark: str,
             presets: dict[str, dict[str, object]], argv: Sequence[str] | None = None,
-            name: str | None = None) -> SweepArgs:
-    """`name` names the default OUT (results/<name>_<preset>); the benchmark by default."""
+            name: str | None = None, command: str | None = None) -> SweepArgs:
+    """`name` names the default OUT (results/<name>_<preset>); the benchmark by default.
+    `command`: the driver's `python -m sweeps NAME` in the fetch command a missing-data
+    error names (default: from the parser's prog). With --fetch-data the data is fetched
+    here and the process exits (sweeps/fetch.py)."""
     ns = parser.parse_args(argv)
     values = dict(presets[ns.preset])
     explicit = set()
@@ -443,12 +482,20 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     gpus = float(values.get("gpus_per_trial", 0))
     if gpus > 1 and gpus != int(gpus):
         parser.error(f"argument --gpus-per-trial: {gpus} must be <= 1 or a whole number")
+    if values.get("source") == "mnist" and not values.get("root"):
+        values["root"] = "data"
+    fetch = fetch_command(command or driver_command(parser.prog), benchmark, ns.preset, values,
+                          explicit)
+    if getattr(ns, "fetch_data", False):
+        from sweeps.fetch import run_fetch
+
+        raise SystemExit(run_fetch(benchmark, ns.preset, values, fetch))
     root = getattr(ns, "root", None)
     if root is not None and not Path(root).expanduser().exists():
         # A typo in --root would otherwise surface as a download into a new directory.
-        parser.error(f"argument --root: {root} does not exist")
-    if values.get("source") == "mnist" and not values.get("root"):
-        values["root"] = "data"
+        parser.error(f"argument --root: {root} does not exist (a typo? `{fetch}`, where "
+                     f"there is network, fetches the sweep's data into it or says where to "
+                     f"get it)")
     done = getattr(ns, "done", None)
     if done is not None and ns.resume:
         parser.error("argument --done: starts a new run of the grid; --resume continues "
@@ -473,7 +520,8 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
                      overwrite=ns.overwrite, dry_run=ns.dry_run, done=done,
                      bundle=bundle, tracker=ns.tracker,
                      wandb_project=ns.wandb_project,
-                     tracking_uri=ns.tracking_uri, explicit=frozenset(explicit))
+                     tracking_uri=ns.tracking_uri, explicit=frozenset(explicit),
+                     fetch_command=fetch)
 
 
 def check_storage_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace,

@@ -112,12 +112,13 @@ class GridSpec:
         axes = bench.data_axes if data_axes is None else data_axes
 
         def load(args: SweepArgs) -> tuple[dict[str, object], str]:
+            from sweeps.fetch import sweep_missing_data
             from unbiased.data import DataError
 
             try:
                 return bench.load(args.values)
-            except DataError as exc:
-                raise SweepError(str(exc)) from None
+            except DataError as exc:  # missing data: the command that fetches it
+                raise SweepError(sweep_missing_data(exc, args)) from None
 
         def describe(args: SweepArgs, loaded: dict) -> tuple[dict, list[str]]:
             assert bench.describe is not None

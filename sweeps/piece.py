@@ -222,7 +222,7 @@ def rows_of(spec: GridSpec, trial_config: dict, reports: list[dict], trial_id: s
 
 
 def parse(spec: GridSpec, argv: list[str] | None):
-    from sweeps.cli import build_parser
+    from sweeps.cli import build_parser, driver_command
 
     parser = build_parser("python -m sweeps piece", __doc__.splitlines()[0], spec.presets,
                           **spec.parser_options)
@@ -250,7 +250,8 @@ def parse(spec: GridSpec, argv: list[str] | None):
         parser.error(f"argument --margin: {ns.margin:g}: must be in [0, 1)")
     if ns.max_members is not None and ns.max_members < 1:
         parser.error(f"argument --max-members: {ns.max_members}: must be >= 1")
-    args = resolve(parser, spec.benchmark, spec.presets, argv, name="piece")
+    args = resolve(parser, spec.benchmark, spec.presets, argv, name="piece",
+                   command=driver_command(spec.prog))
     return args, ns
 
 

