@@ -98,7 +98,9 @@ def _write_idx(path, data: torch.Tensor) -> None:
         fh.write(data.to(torch.uint8).numpy().tobytes())
 
 
-def _tiny_mnist(root, n_train: int = 20, n_test: int = 10):
+def tiny_mnist(root, n_train: int = 20, n_test: int = 10):
+    """MNIST's four files, uncompressed, under root/MNIST/raw (what torchvision reads); that
+    directory."""
     raw = root / "MNIST" / "raw"
     raw.mkdir(parents=True)
     gen = torch.Generator().manual_seed(0)
@@ -106,12 +108,13 @@ def _tiny_mnist(root, n_train: int = 20, n_test: int = 10):
         _write_idx(raw / f"{name}-images-idx3-ubyte",
                    torch.randint(0, 256, (n, 28, 28), generator=gen))
         _write_idx(raw / f"{name}-labels-idx1-ubyte", torch.arange(n) % 10)
+    return raw
 
 
 def test_full_mnist_is_read_from_root_with_no_download_attempt(tmp_path, monkeypatch):
     from torchvision.datasets import MNIST
 
-    _tiny_mnist(tmp_path)
+    tiny_mnist(tmp_path)
 
     def no_network(self):
         raise AssertionError("download attempted although the files are under --root")

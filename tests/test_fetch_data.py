@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.drivers import run_main
+from tests.test_colored_mnist import tiny_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
 # A port nothing listens on: the download's connection is refused at once.
@@ -40,36 +40,13 @@ def _offline(*argv: str) -> subprocess.CompletedProcess:
                           env=_offline_env(), timeout=300)
 
 
-def _write_idx(path: Path, data: torch.Tensor) -> None:
-    """An IDX file as MNIST ships it: magic (0x0801 labels / 0x0803 images), dims, bytes."""
-    import struct
-
-    with open(path, "wb") as fh:
-        fh.write(struct.pack(">I", 0x0800 + data.dim()))
-        for d in data.shape:
-            fh.write(struct.pack(">I", d))
-        fh.write(data.to(torch.uint8).numpy().tobytes())
-
-
-def _tiny_mnist(root: Path, n_train: int = 20, n_test: int = 10) -> Path:
-    """MNIST's four files, uncompressed, under root/MNIST/raw (what torchvision reads)."""
-    raw = root / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    gen = torch.Generator().manual_seed(0)
-    for name, n in (("train", n_train), ("t10k", n_test)):
-        _write_idx(raw / f"{name}-images-idx3-ubyte",
-                   torch.randint(0, 256, (n, 28, 28), generator=gen))
-        _write_idx(raw / f"{name}-labels-idx1-ubyte", torch.arange(n) % 10)
-    return raw
-
-
 def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "error:" in line]
 
 
 @pytest.mark.ray
 def test_fetch_reads_the_data_already_under_root_without_a_download(tmp_path):
-    raw = _tiny_mnist(tmp_path / "data")
+    raw = tiny_mnist(tmp_path / "data")
     before = sorted(p.name for p in raw.iterdir())
     proc = _offline("sweeps/digits_grid.py", "--preset", "cpu", "--fetch-data", "--root",
                     str(tmp_path / "data"), "--out", str(tmp_path / "out"))
