@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
@@ -37,11 +37,10 @@ from sweeps.ray_init import check_resources, init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from unbiased.benchmarks.spec import BenchmarkSpec
-from unbiased.settings import WARM_FROM
+from unbiased.settings import WARM_FROM, TrialSettings
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
-RUN_KEYS = ("epochs", "device", "mi_eval_steps", "mi_eval_every", "select_epoch",
-            "deterministic", "tf32", "warm_start")
+RUN_KEYS = ("epochs", *(f.name for f in fields(TrialSettings)))
 # Values the driver uses itself; they never reach a trial as such.
 DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
                          "scheduler", "samples", "lam_range", "weights", "method_lam"})

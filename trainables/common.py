@@ -131,6 +131,7 @@ class Plan:
     every: int
     fail_at: int | None  # the fail_once_at_epoch test hook
     cuda_graphs: bool = False  # the fresh critics' steps replayed as CUDA graphs too
+    balanced: bool = False  # mi_eval_weights groups: the fresh estimates group-balanced
     warm_from: int | None = None  # the grid index of the trial a warm start starts from
 
     @classmethod
@@ -145,6 +146,8 @@ class Plan:
                    every=int(config.get("mi_eval_every", _TRIAL.mi_eval_every)),
                    fail_at=None if fail_at is None else int(fail_at),
                    cuda_graphs=bool(config.get("cuda_graphs", False)),
+                   balanced=str(config.get("mi_eval_weights", _TRIAL.mi_eval_weights))
+                   == "groups",
                    warm_from=None if config.get(WARM_FROM) is None
                    else int(config[WARM_FROM]))
 
@@ -262,18 +265,21 @@ def fresh_estimates(algo, plan: Plan) -> dict[str, float]:
     stopping rule the floors it checks them against."""
     z, y, c = algo.train_eval_set()
     seed, steps, graphs = plan.seed, plan.mi_steps, plan.cuda_graphs
+    weights = algo.train_eval_weights() if plan.balanced else None
     # Colour beyond the label: c shuffled within each class (0 for a z that encodes y alone;
     # plain mi_eval then still reads about I(y; c)).
-    estimates = {"mi_eval": mi_eval(z, c, seed=seed, steps=steps, cuda_graphs=graphs),
+    estimates = {"mi_eval": mi_eval(z, c, seed=seed, steps=steps, cuda_graphs=graphs,
+                                    weights=weights),
                  "mi_eval_cond": mi_eval(z, c, seed=seed, steps=steps, given=y,
-                                         cuda_graphs=graphs)}
+                                         cuda_graphs=graphs, weights=weights)}
     if plan.stopping:
         # The same estimators on the model's own predictions: floors that an estimate on z
         # reads below only when the estimator fails on z (unbiased/stopping.py).
         pred = algo.predictions(z)
-        estimates["mi_floor"] = mi_eval(pred, c, seed=seed, steps=steps, cuda_graphs=graphs)
+        estimates["mi_floor"] = mi_eval(pred, c, seed=seed, steps=steps, cuda_graphs=graphs,
+                                        weights=weights)
         estimates["mi_floor_cond"] = mi_eval(pred, c, seed=seed, steps=steps, given=y,
-                                             cuda_graphs=graphs)
+                                             cuda_graphs=graphs, weights=weights)
     return estimates
 
 
@@ -300,11 +306,12 @@ def select_epoch(algo, plan: Plan, rule: StoppingRecords | None, state: dict,
     with algo.at_weights(weights["g"], weights["f"]):
         z, y, c = algo.train_eval_set()
         again = plan.seed + REESTIMATE_SEED_OFFSET
+        weights = algo.train_eval_weights() if plan.balanced else None
         metrics["selected_mi_eval"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,
-                                              cuda_graphs=plan.cuda_graphs)
+                                              cuda_graphs=plan.cuda_graphs, weights=weights)
         metrics["selected_mi_eval_cond"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,
                                                    cuda_graphs=plan.cuda_graphs,
-                                                   given=y)
+                                                   given=y, weights=weights)
     again_s = time.perf_counter() - again_start
     metrics["mi_eval_s"] = float(metrics["mi_eval_s"]) + again_s
     return again_s

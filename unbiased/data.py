@@ -196,11 +196,34 @@ class Benchmark:
     # either one one-hot block per head (sum(bias_classes) columns) or one column per head
     # holding the class index (German: young = 1). See `bias_targets`.
     bias_classes: tuple[int, ...] = ()
+    # Each training row's (y, bias) group and how many groups there are, when the benchmark
+    # groups its rows otherwise than y x its bias classes (Colored MNIST's `--groups
+    # palette`); None: `bias_groups` of the training split. See `train_groups`.
+    groups: tuple[torch.Tensor, int] | None = None
 
     def to(self, device: torch.device | str) -> Benchmark:
+        groups = None if self.groups is None else (self.groups[0].to(device), self.groups[1])
         return dataclasses.replace(self, train=self.train.to(device),
                                    eval_splits={k: v.to(device)
-                                                for k, v in self.eval_splits.items()})
+                                                for k, v in self.eval_splits.items()},
+                                   groups=groups)
+
+    def train_groups(self) -> tuple[torch.Tensor, int]:
+        """Each training row's group index (on the training split's device) and the number
+        of groups: the benchmark's own grouping, else y x its bias classes."""
+        if self.groups is not None:
+            return self.groups
+        return bias_groups(self.train.y, self.train.c, self.num_classes, self.bias_classes)
+
+
+def balanced_weights(groups: torch.Tensor, count: int) -> torch.Tensor:
+    """Per-row weights under which every group present among `groups` weighs the same:
+    w_i = N / (G n_g(i)), G the present groups (mean 1 over the rows). Weighted by them, the
+    rows are a sample of the group-balanced distribution, where (if every (y, c) group is
+    present) the bias c is independent of the label y."""
+    sizes = torch.bincount(groups, minlength=count).double()
+    present = int((sizes > 0).sum())
+    return (len(groups) / (present * sizes[groups])).float()
 
 
 def bias_groups(y: torch.Tensor, c: torch.Tensor, num_classes: int,

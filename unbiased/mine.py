@@ -62,6 +62,12 @@ def shuffled_within(c: torch.Tensor, groups: torch.Tensor,
                     generator: torch.Generator | None = None) -> torch.Tensor:
     """c with rows permuted only among rows of the same group (e.g. the same label y):
     paired with z, samples of p(z, y) p(c | y), the marginal of the conditional MI I(z; c | y)."""
+    return c[permutation_within(groups, generator, c.device)]
+
+
+def permutation_within(groups: torch.Tensor, generator: torch.Generator | None,
+                       device: torch.device) -> torch.Tensor:
+    """A random permutation of the rows that maps each row to a row of its own group."""
     where = generator.device if generator is not None else torch.device("cpu")
     n = len(groups)
     # Two random orders that both list the rows grouped by label: position i holds a row of
@@ -69,10 +75,10 @@ def shuffled_within(c: torch.Tensor, groups: torch.Tensor,
     keys = [groups.to(where).double() + torch.rand(n, generator=generator, device=where,
                                                    dtype=torch.float64) * 0.5
             for _ in range(2)]
-    order_a, order_b = (k.argsort().to(c.device) for k in keys)
-    out = torch.empty_like(c)
-    out[order_a] = c[order_b]
-    return out
+    order_a, order_b = (k.argsort().to(device) for k in keys)
+    perm = torch.empty_like(order_a)
+    perm[order_a] = order_b
+    return perm
 
 
 def permutation(n: int, generator: torch.Generator | None, device: torch.device
@@ -83,10 +89,21 @@ def permutation(n: int, generator: torch.Generator | None, device: torch.device
     return torch.randperm(n, generator=generator, device=where).to(device)
 
 
-def dv_bound(t_joint: torch.Tensor, t_marg: torch.Tensor) -> torch.Tensor:
-    """Donsker-Varadhan bound mean(T_joint) - log mean(exp T_marg), computed stably."""
-    log_mean_exp = torch.logsumexp(t_marg, dim=0) - math.log(t_marg.shape[0])
-    return t_joint.mean() - log_mean_exp
+def dv_bound(t_joint: torch.Tensor, t_marg: torch.Tensor, w_joint: torch.Tensor | None = None,
+             w_marg: torch.Tensor | None = None) -> torch.Tensor:
+    """Donsker-Varadhan bound mean(T_joint) - log mean(exp T_marg), computed stably; with
+    weights, both means weighted (docs/METRICS.md, "Balanced MI": w_joint the rows',
+    w_marg each shuffled pair's product of its two rows' weights)."""
+    if w_joint is None:
+        return t_joint.mean() - log_mean_exp(t_marg)
+    return (w_joint * t_joint).sum() / w_joint.sum() - log_mean_exp(t_marg, w_marg)
+
+
+def log_mean_exp(t: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """log of the (weighted) mean of exp(t), computed stably."""
+    if weights is None:
+        return torch.logsumexp(t, dim=0) - math.log(t.shape[0])
+    return torch.logsumexp(t + weights.log(), dim=0) - weights.sum().log()
 
 
 class MINE(nn.Module):
@@ -110,43 +127,53 @@ class MINE(nn.Module):
         self.register_buffer("log_ema", torch.tensor(float("nan")))
 
     def scores(self, z: torch.Tensor, c: torch.Tensor,
-               generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+               generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None,
+               weights: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """T on the joint rows and on the marginal rows (z, c_marg); c_marg defaults to c
-        shuffled across the batch."""
+        shuffled across the batch. With the rows' `weights` (and c_marg not given), the
+        marginal pairs' weights too (each pair's product of its two rows'), else None."""
         # One pass of T over the joint and the shuffled rows stacked: half the kernel calls
         # of two passes (the K inner steps are dominated by per-call overhead).
         n = c.shape[0]
-        c_marg = shuffled(c, generator) if c_marg is None else c_marg
+        w_marg = None
+        if c_marg is None:
+            perm = permutation(n, generator, c.device)
+            c_marg = c[perm]
+            w_marg = None if weights is None else weights * weights[perm]
         t = self.T(torch.cat([z, z]), torch.cat([c, c_marg]))
-        return t[:n], t[n:]
+        return t[:n], t[n:], w_marg
 
     def lower_bound(self, z: torch.Tensor, c: torch.Tensor,
-                    generator: torch.Generator | None = None) -> torch.Tensor:
-        t_joint, t_marg = self.scores(z, c, generator)
-        return dv_bound(t_joint, t_marg)
+                    generator: torch.Generator | None = None,
+                    weights: torch.Tensor | None = None) -> torch.Tensor:
+        """L_ne of the batch; with `weights`, under the distribution they weigh the rows by."""
+        t_joint, t_marg, w_marg = self.scores(z, c, generator, weights=weights)
+        return dv_bound(t_joint, t_marg, weights, w_marg)
 
     def phi_loss(self, z: torch.Tensor, c: torch.Tensor,
-                 generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+                 generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None,
+                 weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss to minimise over phi, the DV estimate of this batch, detached)."""
-        t_joint, t_marg = self.scores(z, c, generator, c_marg)
-        estimate = dv_bound(t_joint, t_marg)
+        t_joint, t_marg, w_marg = self.scores(z, c, generator, c_marg, weights)
+        estimate = dv_bound(t_joint, t_marg, weights, w_marg)
         if self.ema_rate is None:
             return -estimate, estimate.detach()
-        log_mean_exp = torch.logsumexp(t_marg, dim=0) - math.log(t_marg.shape[0])
+        marg_lme = log_mean_exp(t_marg, w_marg)
+        joint_mean = (t_joint.mean() if weights is None
+                      else (weights * t_joint).sum() / weights.sum())
         with torch.no_grad():
             rate = self.ema_rate
             if rate == 1.0:
-                self.log_ema.copy_(log_mean_exp)
+                self.log_ema.copy_(marg_lme)
             else:
                 # The first step (log_ema still NaN) starts the average; chosen on the device,
                 # as `if isnan` would make the host wait for it at each of the K inner steps.
                 moved = torch.logaddexp(self.log_ema + math.log1p(-rate),
-                                        log_mean_exp + math.log(rate))
-                self.log_ema.copy_(torch.where(torch.isnan(self.log_ema), log_mean_exp, moved))
+                                        marg_lme + math.log(rate))
+                self.log_ema.copy_(torch.where(torch.isnan(self.log_ema), marg_lme, moved))
         # d/dphi of exp(lme - log_ema) = grad E[exp T] / ema: the corrected denominator.
-        surrogate = t_joint.mean() - torch.exp(log_mean_exp - self.log_ema.detach())
+        surrogate = joint_mean - torch.exp(marg_lme - self.log_ema.detach())
         return -surrogate, estimate.detach()
 
 
@@ -158,28 +185,40 @@ def gaussian_mi_nats(rho: float, dims: int = 1) -> float:
 @torch.no_grad()
 def estimate_mi(mine: MINE, z: torch.Tensor, c: torch.Tensor, batch_size: int | None = None,
                 shuffles: int = 1, generator: torch.Generator | None = None,
-                given: torch.Tensor | None = None) -> float:
+                given: torch.Tensor | None = None, weights: torch.Tensor | None = None
+                ) -> float:
     """DV estimate over a whole set with the current T (eval mode, no training).
 
     With `batch_size` set, the set is cut into random batches of that size and the batch DV
     values are averaged: the same statistic L_ne the training loop sees. DV over one
     huge batch is dominated by the few largest exp(T) on shuffled pairs, so it is far noisier.
+    With the rows' `weights`, each batch's bound is the weighted one (`dv_bound`), and the
+    batches are averaged by their weight.
     """
     was_training = mine.training
     mine.eval()
     size = len(z) if batch_size is None else max(2, batch_size)
-    values, weights = [], []
+    values, sizes = [], []
     for _ in range(shuffles):
         perm = permutation(len(z), generator, z.device)
         z, c = z[perm], c[perm]
         given = None if given is None else given[perm]
+        weights = None if weights is None else weights[perm]
         for i in range(0, len(z), size):
             zb, cb = z[i:i + size], c[i:i + size]
             if len(zb) < 2:
                 continue
-            cm = (shuffled(cb, generator) if given is None
-                  else shuffled_within(cb, given[i:i + size], generator))
-            values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, cm))))
-            weights.append(len(zb))
+            if weights is None:
+                cm = (shuffled(cb, generator) if given is None
+                      else shuffled_within(cb, given[i:i + size], generator))
+                values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, cm))))
+                sizes.append(len(zb))
+                continue
+            wb = weights[i:i + size]
+            pairs = (permutation(len(cb), generator, cb.device) if given is None
+                     else permutation_within(given[i:i + size], generator, cb.device))
+            values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, cb[pairs]), wb,
+                                         wb * wb[pairs])))
+            sizes.append(float(wb.sum()))
     mine.train(was_training)
-    return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
+    return sum(v * w for v, w in zip(values, sizes, strict=True)) / sum(sizes)

@@ -158,6 +158,13 @@ class TrialSettings:
     mi_eval_every: int = setting(
         1, "with a label-free --select-epoch: re-estimate MI every N epochs (and at the last) "
            "and pick among those epochs", ge=1)
+    # Where c nearly fixes y (Biased MNIST) plain mi_eval reads about I(y; c) at every lam;
+    # under group-balanced weights it reads the colour z carries alone (docs/METRICS.md).
+    mi_eval_weights: str = setting(
+        "none", "groups = mi_eval, mi_eval_cond and their floors under group-balanced "
+                "weights (every (y, c) group of the benchmark the same weight), so the "
+                "label-free rules read them so; none = the rows as drawn",
+        choices=("none", "groups"))
     select_epoch: str = setting(
         "last", "which epoch a trial reports: last, or lowest_mi / lowest_mi_cond "
                 "(label-free stopping rules: mi_eval / mi_eval_cond every epoch, the lowest "

@@ -30,7 +30,7 @@ __all__ = ["Algorithm1", "LoopConfig", "EpochStats", "INNER_Z_MODES", "MINE_OPTI
 def mi_eval(z: torch.Tensor, c: torch.Tensor, seed: int = 0, steps: int = 2000,
             batch_size: int = 512, lr: float = 1e-3, hidden: int = 64, hidden_layers: int = 2,
             holdout: float = 0.2, given: torch.Tensor | None = None,
-            cuda_graphs: bool = False) -> float:
+            cuda_graphs: bool = False, weights: torch.Tensor | None = None) -> float:
     """MI of frozen features z with c, judged by a statistics network the model never saw.
 
     A fresh T is trained on (1 - holdout) of the rows and the DV bound is reported on the held
@@ -41,6 +41,10 @@ def mi_eval(z: torch.Tensor, c: torch.Tensor, seed: int = 0, steps: int = 2000,
     on Colored MNIST at sigma 0.03, where colour nearly fixes the class).
     With `cuda_graphs` on a GPU the critic's step is captured once and replayed (the same
     draws; unbiased/graphs.py): thousands of steps of ~60 small kernels each.
+    With the rows' `weights` (`balanced_weights`: every (y, c) group the same weight), the
+    MI under the distribution they weigh the rows by: T is fitted on batches drawn with
+    probability proportional to the weights, and the held-out bound is the weighted one
+    (docs/METRICS.md, "Balanced MI").
     """
     z = z.flatten(1)  # a feature-map z (N, C, H, W): one vector a row
     gen = torch.Generator(device=z.device).manual_seed(seed)  # on z's device: no copies
@@ -52,13 +56,16 @@ def mi_eval(z: torch.Tensor, c: torch.Tensor, seed: int = 0, steps: int = 2000,
     hold, fit = perm[:n_hold], perm[n_hold:]
     z_fit, c_fit = z[fit], c[fit]
     given_fit = None if given is None else given[fit]
-    graphed = cuda_graphs and not graph_obstacles(z.device, {})
+    w_fit = None if weights is None else weights[fit].double()
+    # A multinomial draw is not captured: weighted fits run eager.
+    graphed = cuda_graphs and weights is None and not graph_obstacles(z.device, {})
     opt = torch.optim.Adam(mine.parameters(), lr=lr, fused=z.device.type in ("cpu", "cuda"),
                            capturable=graphed)
     bs = min(batch_size, len(fit))
 
     def step() -> tuple[torch.Tensor, ...]:
-        idx = torch.randint(len(fit), (bs,), generator=gen, device=z.device)
+        idx = (torch.randint(len(fit), (bs,), generator=gen, device=z.device) if w_fit is None
+               else torch.multinomial(w_fit, bs, replacement=True, generator=gen))
         c_marg = None if given_fit is None else shuffled_within(c_fit[idx], given_fit[idx],
                                                                  gen)
         loss, _ = mine.phi_loss(z_fit[idx], c_fit[idx], gen, c_marg)
@@ -70,7 +77,8 @@ def mi_eval(z: torch.Tensor, c: torch.Tensor, seed: int = 0, steps: int = 2000,
     for _ in range(steps):
         run()
     return estimate_mi(mine, z[hold], c[hold], batch_size=None, shuffles=8, generator=gen,
-                       given=None if given is None else given[hold])
+                       given=None if given is None else given[hold],
+                       weights=None if weights is None else weights[hold])
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -188,6 +188,10 @@ PRESETS["group_screen"] = {**PRESETS["cpu"], "rho": [0.997], **colored_digits.GR
 # Their rows beside the cpu grid's (bench/results/biased_mnist_grid, whose ERM they share):
 # both rhos x seeds 0-2 at the screen's picks (`--lam-of`), as digits' `groups`.
 PRESETS["groups"] = {**PRESETS["cpu"], **colored_digits.GROUP_ROWS}
+# Issue 68's screens at rho .997 and rows at both rhos, as digits' (its groups: y x colour).
+for _name, _values in colored_digits.BALANCED_SCREENS.items():
+    PRESETS[_name] = {**PRESETS["cpu"], "rho": [0.997], **_values}
+PRESETS["balanced_rows"]["rho"] = [0.997, 0.999]
 
 # ReBias, Table 1, "Unbiased" column: accuracy on the rho = 0.1 test set per training rho
 # (the EnD paper, Tartaglione et al., CVPR 2021, reprints the same numbers). No stds.
@@ -216,7 +220,9 @@ TABLE = TableSpec(
           "rewritten every epoch); which epoch the paper reports, its text does not say. "
           "No stds are published."),
     protocol=Protocol(
-        comparable=frozenset({"cpu", "group_screen", "groups"}), settings={"source": "mnist"},
+        comparable=frozenset({"cpu", "group_screen", "groups",
+                              *colored_digits.BALANCED_SCREENS}),
+        settings={"source": "mnist"},
         rows=colored_digits.TRAIN_ROWS,
         notes={"quick": "{preset} preset: {train_rows} training digits ({source}), {epochs} "
                         "epochs " + SMOKE}),

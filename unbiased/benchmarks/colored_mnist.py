@@ -38,6 +38,9 @@ from unbiased.models import LeNetFeatures
 NUM_CLASSES = 10
 C_BINS = 8
 C_DIM = 3 * C_BINS
+# How the group methods and balanced MI group the training rows: y x RGB-bin cell of c (10 x
+# 8^3), or y x the palette colour nearest the image's (10 x 10; `palette_groups`).
+GROUPINGS: tuple[str, ...] = ("cells", "palette")
 SOURCES = ("mnist5k", "mnist")
 
 # Mean RGB colour per digit class 0..9. Kim et al. did not publish theirs in the paper; these
@@ -321,9 +324,26 @@ def bias_strength(digits: GreyDigits, sigma: float, seed: int, palette: str = "s
                                 digits.train_y)
 
 
+def nearest_palette_colour(x: torch.Tensor, palette: torch.Tensor) -> torch.Tensor:
+    """Each image's palette entry nearest (Euclidean, RGB) to the colour its pixels show
+    (the per-channel max, before c's binning)."""
+    shown = x.amax(dim=(2, 3))
+    return torch.cdist(shown, palette.to(shown)).argmin(dim=1)
+
+
+def palette_groups(split: TensorSplit, palette: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(y, nearest palette colour) groups of a split: y x 10, 100 groups. A training image
+    takes its class's palette colour plus noise, so a row whose colour lies nearer another
+    class's entry is one the colour shortcut misleads: these groups carry the bias, where a
+    (y, palette colour drawn) group would be the class itself."""
+    return split.y * len(palette) + nearest_palette_colour(split.x, palette), (
+        NUM_CLASSES * len(palette))
+
+
 def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
           device: torch.device | str | None = None, z_relu: bool = False,
-          width: int = 64, palette: str = "separated", stroke: str = "scaled") -> Benchmark:
+          width: int = 64, palette: str = "separated", stroke: str = "scaled",
+          groups: str = "cells") -> Benchmark:
     """The coloured benchmark for one (sigma, seed), built on `device` (default: where the
     grey digits are). The same tensors on every device: colouring is exact arithmetic."""
     if not 0 < sigma < 1:
@@ -332,6 +352,8 @@ def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
         raise ValueError(f"palette must be one of {sorted(PALETTES)}, got {palette!r}")
     if stroke not in STROKES:
         raise ValueError(f"stroke must be one of {STROKES}, got {stroke!r}")
+    if groups not in GROUPINGS:
+        raise ValueError(f"groups must be one of {GROUPINGS}, got {groups!r}")
     colours = PALETTES[palette]
     gen = torch.Generator().manual_seed(seed)
     train = make_split(digits.train_x, digits.train_y, digits.train_y, sigma, gen, device,
@@ -343,5 +365,7 @@ def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
         name="digits", train=train, eval_splits={"test_acc": test}, num_classes=NUM_CLASSES,
         make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu, width=width), z_dim=z_dim,
         c_dim=C_DIM, bias_classes=(C_BINS,) * 3,
+        groups=palette_groups(train, colours) if groups == "palette" else None,
         info={"source": digits.source, "sigma": sigma, "palette": palette, "stroke": stroke,
+              "groups": groups,
               "n_train": len(train), "n_test": len(test)})

@@ -50,6 +50,10 @@ class DigitsSettings:
         "scaled", "scaled: the colour times the grey digit; flat: the flat colour where the "
                   "grey digit is > 128 of 255, black elsewhere (Kim's files)",
         choices=("scaled", "flat"))
+    groups: str = setting(
+        "cells", "the (y, colour) groups of group_reweight, group_dro and balanced MI: cells "
+                 "(y x 8^3 RGB bins of c) or palette (y x the palette colour nearest the "
+                 "image's: the groups where the colour misleads)", choices=("cells", "palette"))
 
 
 # The cpu preset's epochs (docs/MEASURED.md, "The `cpu` preset's schedule").
@@ -121,14 +125,35 @@ DIGITS["screen"] = {
 # Group DRO on the penalty scale of the others, group reweighting at powers of the inverse
 # group frequency up to 1 (every present group the same weight; above it the few rows of
 # the rarest groups would outweigh the rest).
+# Group DRO here is this project's first variant (`dro_loss penalty`, uniform batches), as
+# the rows of issue 64 ran it; the published method is `dro_screen` / `balanced_rows`.
+DRO_PENALTY = {"dro_loss": "penalty", "dro_sampler": "uniform"}
 GROUP_LAMS = {"lam": [0.0, 0.3, 1.0, 3.0], "method": ["group_reweight", "group_dro"],
-              "method_lam": {"group_reweight": [0.25, 0.5, 1.0]}}
+              "method_lam": {"group_reweight": [0.25, 0.5, 1.0]}, **DRO_PENALTY}
 DIGITS["group_screen"] = {**DIGITS["cpu"], "sigma": [0.03], "seeds": [0], **GROUP_LAMS}
 # Their rows beside Table 1's: three sigmas x seeds 0-2, each method at the lambda its screen's
 # lowest-MI rule picks (`--lam-of group_reweight=L --lam-of group_dro=L`; lam 1 without), no
 # ERM (Table 1's ERM rows are the same model: lam 0 is ERM's own step under every method).
-GROUP_ROWS = {"method": ["group_reweight", "group_dro"], "lam": [1.0], "seeds": [0, 1, 2]}
+GROUP_ROWS = {"method": ["group_reweight", "group_dro"], "lam": [1.0], "seeds": [0, 1, 2],
+              **DRO_PENALTY}
 DIGITS["groups"] = {**DIGITS["cpu"], "sigma": [0.02, 0.03, 0.05], **GROUP_ROWS}
+# Issue 68: Group DRO as published and mi_backprop under group-balanced MI, with every
+# estimate the label-free rules read group-balanced too (docs/METRICS.md, "Balanced MI").
+# `dro_screen`: group_dro alone at one lam (lam > 0 only switches the robust loss on), run
+# once per (--dro-step, --weight-decay) of the screen (bench/group_screen.sh).
+# `balanced_screen`: mi_backprop's lam under --mi-weights groups, lam 0 (ERM, measured the
+# same way) included. `balanced_rows`: three seeds at the screens' picks, one method per run
+# (`--method group_dro --dro-step E --weight-decay W`, `--method mi_backprop --lam L`).
+BALANCED = {"mi_eval_weights": "groups", "mi_weights": "groups", "seeds": [0]}
+BALANCED_SCREENS = {
+    "dro_screen": {**BALANCED, "method": ["group_dro"], "lam": [1.0]},
+    "balanced_screen": {**BALANCED, "method": ["mi_backprop"], "lam": [0.0, 0.3, 1.0, 3.0]},
+    "balanced_rows": {**BALANCED, "method": ["mi_backprop", "group_dro"], "lam": [1.0],
+                      "seeds": [0, 1, 2]},
+}
+for _name, _values in BALANCED_SCREENS.items():
+    DIGITS[_name] = {**DIGITS["cpu"], "sigma": [0.03], "groups": "palette", **_values}
+DIGITS["balanced_rows"]["sigma"] = [0.02, 0.03, 0.05]
 
 # Table 1 as the paper prints it, every row run by us (docs/MEASURED.md, "Table 1 over three
 # seeds"): each method at the lambda the `screen` preset's lowest-MI rule (label-free) picked
@@ -208,7 +233,7 @@ TABLE = TableSpec(
     # screen, table1 and fig3 presets (and the ablations' cpu presets) run.
     protocol=Protocol(
         comparable=frozenset({"paper", "cpu", "screen", "table1", "fig3", "group_screen",
-                               "groups"}),
+                               "groups", *BALANCED_SCREENS}),
         settings={"source": "mnist"}, rows=TRAIN_ROWS,
         notes={"quick": "{preset} preset: {train_rows} training digits ({source}), {epochs} "
                         "epochs, palette {palette} " + SMOKE,
@@ -295,6 +320,7 @@ def build(config: dict, digits: GreyDigits | None = None) -> Benchmark:
                                width=int(config.get("width", DEFAULTS.width)),
                                palette=str(config.get("palette", DEFAULTS.palette)),
                                stroke=str(config.get("stroke", DEFAULTS.stroke)),
+                               groups=str(config.get("groups", DEFAULTS.groups)),
                                device=build_device(config))
 
 
@@ -304,6 +330,6 @@ SPEC = BenchmarkSpec(
     description="Colored MNIST grid (the paper's Table 1 and Fig. 3): sigma x method x lambda "
                 "x K x seed.",
     presets=DIGITS, data_axes=("sigma",),
-    build_keys=("source", "root", "z_relu", "width", "palette", "stroke"),
+    build_keys=("source", "root", "z_relu", "width", "palette", "stroke", "groups"),
     load=load, describe=describe, build=build, table=TABLE, settings=DigitsSettings,
     fetch=fetch)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit
+from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit, balanced_weights
 from unbiased.models import INPUT_NORMS, MODELS, InputNorm, linear_classifier, map_channels
 from unbiased.settings import setting, setting_problems
 
@@ -263,6 +263,11 @@ class ERM:
         with bf16_autocast(self.device):
             return self.g(x).float()
 
+    def epoch_order(self, n: int) -> torch.Tensor:
+        """The epoch's training rows in the order they are batched: a shuffle of all `n`
+        (a method may draw its own, e.g. group by group)."""
+        return self._permutation(n)
+
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
         """Called before the first batch of every epoch with the epoch's row order."""
 
@@ -298,7 +303,7 @@ class ERM:
         start = time.perf_counter()
         for module in self.modules().values():
             module.train()
-        order = self._permutation(len(train))
+        order = self.epoch_order(len(train))
         self.start_epoch(order, train)
         bs = self.cfg.batch_size
         steps_per_epoch = -(-len(train) // bs)
@@ -391,6 +396,13 @@ class ERM:
         not read below the same estimate on them (the stopping rule's floor)."""
         logits = self.f(z)
         return torch.nn.functional.one_hot(logits.argmax(1), logits.shape[1]).float()
+
+    def train_eval_weights(self) -> torch.Tensor:
+        """Group-balanced weights (`balanced_weights`, from the whole training set's groups)
+        of the training rows evaluate() measures: what `mi_eval_weights groups` weighs
+        mi_eval's rows by."""
+        weights = balanced_weights(*self.bench.train_groups()).to(self.device)
+        return _rows(weights, self.eval_rows)
 
     def train_features(self) -> torch.Tensor:
         """z of every training row, in order."""

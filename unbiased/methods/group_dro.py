@@ -1,15 +1,27 @@
-"""group_dro: Group DRO's online algorithm (Sagawa et al., ICLR 2020, Algorithm 1) over the
-benchmark's (y, c) groups.
+"""group_dro: Group DRO's online algorithm (Sagawa et al., ICLR 2020) over the benchmark's
+groups (`Benchmark.train_groups`).
 
-Weights q over the groups (uniform over those present in the training set; a group with no
+Weights q over the groups present in the training set (uniform at the start; a group with no
 training row keeps weight 0, and each epoch reports how many there are, `empty_groups`). At
 each mini-batch, with l_g the mean loss of group g's rows in it (0 for a group with none):
-q_g <- q_g exp(eta l_g), q normalised, and the robust loss is sum_g q_g l_g (their code's
-order: q moves first). lam weighs the robust loss against the task loss:
-L_task + lam sum_g q_g l_g, so lam 0 is ERM's own step (q stays uniform) and a large lam
-approaches Group DRO alone (its loss scaled). eta is `--dro-step` (their
-default, 0.01); their group adjustment C / sqrt(n_g) is not used. q is in the method's state:
-a restored trial continues exactly.
+q_g <- q_g exp(eta (l_g + C / sqrt(n_g))), q normalised, and the robust loss is
+sum_g q_g l_g (q moves first, as in their loss.py; C is their generalisation adjustment,
+`--dro-adjustment`, 0 by default, and n_g the group's training rows).
+
+`--dro-loss robust` (the default, the published method): g and f minimise the robust loss
+alone. lam > 0 switches it on; its value is not used (Adam's step does not depend on the
+loss's scale), so a sweep runs group_dro at one lam > 0 and varies eta (`--dro-step`), C and
+`--weight-decay` (Sagawa et al.'s central finding: Group DRO needs strong L2 or early
+stopping). `--dro-sampler balanced` (the default): each step's rows are drawn group by group,
+the present groups in a fresh random order, cycled, a row uniform within its group, so every
+group is in every step when the batch is at least the number of groups (DomainBed's
+per-group mini-batches; Sagawa et al.'s runs sample groups uniformly too). `--dro-loss
+penalty` is this project's earlier variant: L_task + lam sum_g q_g l_g on uniformly shuffled
+batches (bench/results: the rows of issue 64).
+
+lam 0 is ERM's own step on ERM's batches (q stays uniform). Each epoch reports the largest
+q (`dro_q_max`) and q's entropy in nats (`dro_q_entropy`; log of the present groups when
+uniform). q is in the method's state: a restored trial continues exactly.
 """
 
 from __future__ import annotations
@@ -24,25 +36,62 @@ from unbiased.methods.base import TrainConfig
 from unbiased.methods.group_reweight import GroupMethod
 from unbiased.settings import setting
 
+DRO_LOSSES: tuple[str, ...] = ("robust", "penalty")
+DRO_SAMPLERS: tuple[str, ...] = ("balanced", "uniform")
+
 
 @dataclass
 class GroupDROConfig(TrainConfig):
     dro_step: float = setting(
         0.01, "group_dro: step size eta of the group weights' exponentiated-gradient update "
               "(Sagawa et al.'s default)", gt=0)
+    dro_loss: str = setting(
+        "robust", "group_dro: robust = g and f minimise sum_g q_g l_g alone (the published "
+                  "method; lam > 0 only switches it on); penalty = L_task + lam sum_g q_g l_g "
+                  "(this project's earlier rows)", choices=DRO_LOSSES)
+    dro_adjustment: float = setting(
+        0.0, "group_dro: Sagawa et al.'s generalisation adjustment C: q moves by l_g + "
+             "C / sqrt(n_g), n_g the group's training rows", ge=0)
+    dro_sampler: str = setting(
+        "balanced", "group_dro: balanced = every step's rows drawn group by group (every "
+                    "present group in each step when the batch allows); uniform = ERM's "
+                    "shuffled batches", choices=DRO_SAMPLERS)
 
 
 def robust_loss(q: torch.Tensor, losses: torch.Tensor, groups: torch.Tensor,
-                step: float) -> torch.Tensor:
+                step: float, adjustment: torch.Tensor | None = None) -> torch.Tensor:
     """One online Group DRO step: q (the groups' weights, updated in place) moved by the
-    batch's per-group mean losses; returns sum_g q_g l_g."""
+    batch's per-group mean losses (plus `adjustment`, per group); returns sum_g q_g l_g."""
     sums = torch.zeros_like(q).index_add(0, groups, losses)
     counts = torch.zeros_like(q).index_add(0, groups, torch.ones_like(losses))
     means = sums / counts.clamp_min(1.0)
     with torch.no_grad():
-        q.mul_(torch.exp(step * means.detach()))
+        moved = means.detach() if adjustment is None else means.detach() + adjustment
+        q.mul_(torch.exp(step * moved))
         q.div_(q.sum())
     return (q * means).sum()
+
+
+def balanced_order(group_of_row: torch.Tensor, count: int, batch_size: int,
+                   generator: torch.Generator) -> torch.Tensor:
+    """An epoch's rows (as many as the training set) drawn group by group: each batch lists
+    the present groups in a fresh random order, cycled over its slots; each slot takes a row
+    of its group uniformly (with replacement)."""
+    device = group_of_row.device
+    where = generator.device
+    n = len(group_of_row)
+    sizes = torch.bincount(group_of_row, minlength=count)
+    present = torch.nonzero(sizes > 0).squeeze(1)
+    by_group = torch.argsort(group_of_row, stable=True)
+    starts = torch.cumsum(sizes, 0) - sizes
+    steps = -(-n // batch_size)
+    orders = torch.argsort(torch.rand(steps, len(present), generator=generator, device=where),
+                           dim=1).to(device)
+    slot = torch.arange(n, device=device)
+    group = present[orders[slot // batch_size, (slot % batch_size) % len(present)]]
+    within = (torch.rand(n, generator=generator, device=where).to(device)
+              * sizes[group]).long().clamp_max(sizes[group] - 1)
+    return by_group[starts[group] + within]
 
 
 class GroupDRO(GroupMethod):
@@ -57,6 +106,15 @@ class GroupDRO(GroupMethod):
         super().__init__(bench, cfg, seed, device)
         present = (self.group_sizes > 0).float()
         self.q = present / present.sum()
+        self.adjustment = None
+        if cfg.dro_adjustment > 0:
+            self.adjustment = cfg.dro_adjustment / self.group_sizes.clamp_min(1).float().sqrt()
+
+    def epoch_order(self, n: int) -> torch.Tensor:
+        if self.cfg.lam == 0 or self.cfg.dro_sampler == "uniform":
+            return super().epoch_order(n)
+        return balanced_order(self.group_of_row, len(self.group_sizes), self.cfg.batch_size,
+                              self.method_gen)
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,8 +122,21 @@ class GroupDRO(GroupMethod):
             return super().update(x, y, c, rows, train)
         losses = F.cross_entropy(self.f(self._features(x)), y, reduction="none")
         groups = self.group_of_row[rows]
-        return self.task_step(losses.mean(), lambda detach: robust_loss(
-            self.q, losses.detach() if detach else losses, groups, self.cfg.dro_step))
+        step, adjust = self.cfg.dro_step, self.adjustment
+        if self.cfg.dro_loss == "penalty":
+            return self.task_step(losses.mean(), lambda detach: robust_loss(
+                self.q, losses.detach() if detach else losses, groups, step, adjust))
+        robust = robust_loss(self.q, losses, groups, step, adjust)
+        self.model_opt.zero_grad(set_to_none=True)
+        robust.backward()
+        self.model_opt.step()
+        return losses.detach().mean(), robust.detach()
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        q = self.q[self.q > 0]
+        return {**super().evaluate(), "dro_q_max": float(self.q.max()),
+                "dro_q_entropy": float(-(q * q.log()).sum())}
 
     def extra_state(self) -> dict:
         return {"dro_q": self.q}

@@ -1,12 +1,12 @@
 """group_reweight: each training example weighted by its (y, c) group's inverse frequency,
 raised to the power lam (the group-robustness benchmarks' "ReWeight", as a loss weight).
 
-The groups are the benchmark's own: y x each combination of its bias classes
-(`unbiased.data.bias_groups`), counted once on the whole training set. A batch's loss is the
-weighted mean sum_i w_i l_i / sum_i w_i with w_i = (N / N_g(i))^lam: lam 0 is ERM (its own
-step, exactly), lam 1 gives every group present in the training set the same total weight.
-A group with no training row weighs nothing; how many there are is every epoch's
-`empty_groups`.
+The groups are the benchmark's own (`Benchmark.train_groups`: y x each combination of its
+bias classes, or the benchmark's grouping), counted once on the whole training set. A batch's
+loss is the weighted mean sum_i w_i l_i / sum_i w_i with w_i = (N / N_g(i))^lam: lam 0 is
+ERM (its own step, exactly), lam 1 gives every group present in the training set the same
+total weight. A group with no training row weighs nothing; how many there are is every
+epoch's `empty_groups`.
 
 On Biased MNIST the groups are (digit, background colour): the few bias-conflicting images
 are weighed up. On Colored MNIST every image carries its class's colour plus noise, so the
@@ -19,26 +19,37 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from unbiased.data import Benchmark, Split, bias_groups
+from unbiased.data import Benchmark, Split
 from unbiased.methods.base import ERM, TrainConfig
 
 
 class GroupMethod(ERM):
-    """ERM with every training row's (y, c) group (`group_of_row`, on the device) and the
-    training set's group sizes (`group_sizes`); each epoch reports `empty_groups`."""
+    """ERM with every training row's group (`group_of_row`, on the device; the benchmark's
+    `train_groups`) and the training set's group sizes (`group_sizes`); each epoch reports
+    `empty_groups` and `worst_group_loss`: the largest mean training loss of a group, over
+    the training rows evaluate() measures."""
 
     def __init__(self, bench: Benchmark, cfg: TrainConfig, seed: int,
                  device: torch.device | str = "cpu"):
         super().__init__(bench, cfg, seed, device)
-        train = self.bench.train
-        groups, count = bias_groups(train.y, train.c, bench.num_classes, bench.bias_classes)
+        groups, count = bench.train_groups()
         self.group_of_row = groups.to(self.device)
         self.group_sizes = torch.bincount(self.group_of_row, minlength=count)
         self.empty_groups = int((self.group_sizes == 0).sum())
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        return {**super().evaluate(), "empty_groups": self.empty_groups}
+        metrics = super().evaluate()
+        z, y, _ = self.train_eval_set()
+        losses = F.cross_entropy(self.f(z), y, reduction="none").double()
+        groups = (self.group_of_row if self.eval_rows is None
+                  else self.group_of_row[self.eval_rows])
+        count = len(self.group_sizes)
+        sums = torch.zeros(count, dtype=losses.dtype, device=losses.device).index_add(
+            0, groups, losses)
+        sizes = torch.bincount(groups, minlength=count)
+        worst = float((sums[sizes > 0] / sizes[sizes > 0]).max())
+        return {**metrics, "empty_groups": self.empty_groups, "worst_group_loss": worst}
 
 
 class GroupReweight(GroupMethod):

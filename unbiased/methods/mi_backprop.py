@@ -18,13 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from unbiased.data import Benchmark, Split
+from unbiased.data import Benchmark, Split, balanced_weights
 from unbiased.graphs import GraphedStep, graph_obstacles
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.mine import MINE, estimate_mi, permutation
 from unbiased.settings import setting
 
 INNER_Z_MODES: tuple[str, ...] = ("fresh", "batch", "bank", "first_k")
+MI_WEIGHTS: tuple[str, ...] = ("none", "groups")
 MINE_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 THETA_UPDATES: tuple[str, ...] = ("separate", "joint")
 
@@ -97,6 +98,14 @@ class MIBackpropConfig(TrainConfig):
                "than a constant); reports guarded_frac each epoch")
     # The outer step is ~5,000 kernels of a few microseconds each: eager, a GPU waits on
     # Python and launches (docs/MEASURED.md, "CUDA graphs of the outer step").
+    # Where c is nearly a function of y (Biased MNIST), I(z; c) is nearly I(z; y): the plain
+    # penalty removes the label. Under group-balanced weights c is independent of y, and
+    # I(z; c) is the colour z carries alone (docs/METRICS.md, "Balanced MI").
+    mi_weights: str = setting(
+        "none", "ours: groups = the critic, the penalty and the trial's own mi estimate "
+                "I(z; c) with every row weighted so each (y, c) group of the benchmark "
+                "weighs the same (c independent of y); none = the rows as drawn",
+        choices=MI_WEIGHTS)
     cuda_graphs: bool = setting(
         False, "capture the outer step (K critic steps and the theta/psi step) as a CUDA "
                "graph after 3 eager steps and replay it (GPU, --inner-z batch, constant lr; "
@@ -111,6 +120,7 @@ def mi_backprop_graph_obstacles(cfg: MIBackpropConfig, device: torch.device) -> 
         f"--lr-schedule {cfg.lr_schedule} changes the lr every step": (
             cfg.lr_schedule != "constant"),
         "--compile (a compiled module captures graphs of its own)": cfg.compile,
+        "--mi-weights groups (not captured yet)": cfg.mi_weights != "none",
     })
 
 
@@ -149,6 +159,10 @@ class MIBackprop(ERM):
                                             fused=self.fused)
         if cfg.compile:
             self.mine.T.compile()
+        # --mi-weights groups: each training row's weight (balanced_weights); None: none.
+        self.row_weight: torch.Tensor | None = None
+        if cfg.mi_weights == "groups":
+            self.row_weight = balanced_weights(*bench.train_groups()).to(self.device)
         self._bank: torch.Tensor | None = None
         self._bank_c: torch.Tensor | None = None
         self._bank_rows: torch.Tensor | None = None  # the pool's rows; None = the whole set
@@ -206,10 +220,17 @@ class MIBackprop(ERM):
             return self._bank_rows[pick]
         return pick
 
+    def weights_of(self, rows: torch.Tensor | None) -> torch.Tensor | None:
+        """The --mi-weights of training `rows` (None without weights)."""
+        if self.row_weight is None or rows is None:
+            return None
+        return self.row_weight[rows]
+
     def _inner_batches(self, train: Split, c_batch: torch.Tensor
                        ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The K (z, c) pairs of the inner MINE steps of --inner-z fresh or bank, each drawn
-        just before its step (--inner-z batch: `_batch_step`)."""
+        just before its step (--inner-z batch: `_batch_step`); `_inner_pick` holds their
+        rows."""
         mode = self.cfg.inner_z
         if mode == "bank" and (self._bank is None or self._bank_age >= self.cfg.bank_refresh):
             self._refresh_bank(train)
@@ -231,11 +252,12 @@ class MIBackprop(ERM):
 
     def _mine_steps(self, train: Split, c_batch: torch.Tensor) -> None:
         for z, c in self._inner_batches(train, c_batch):
-            self._mine_step(z, c)
+            self._mine_step(z, c, self.weights_of(self.last_inner_rows()))
         self._bank_age += 1
 
-    def _mine_step(self, z: torch.Tensor, c: torch.Tensor) -> None:
-        loss, _ = self.mine.phi_loss(z, c, self.method_gen)
+    def _mine_step(self, z: torch.Tensor, c: torch.Tensor,
+                   weights: torch.Tensor | None = None) -> None:
+        loss, _ = self.mine.phi_loss(z, c, self.method_gen, weights=weights)
         self.mine_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.mine_opt.step()
@@ -243,7 +265,7 @@ class MIBackprop(ERM):
     def _fresh_steps(self, train: Split, batches: list[torch.Tensor]) -> None:
         """One MINE step on each of `batches` (row indices), each through g without grad."""
         for rows in batches:
-            self._mine_step(*self._fresh_z(train, rows))
+            self._mine_step(*self._fresh_z(train, rows), self.weights_of(rows))
 
     # -- one outer step -------------------------------------------------------------------
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
@@ -264,28 +286,29 @@ class MIBackprop(ERM):
             self.theta_steps += 1
         if self.step_graph is not None:
             return self.step_graph(x, y, c)
+        weights = self.weights_of(rows)
         if self.cfg.inner_z == "first_k":  # theta first, then T on the epoch's first K batches
-            out = self._model_step(y, c, self._features(x))
+            out = self._model_step(y, c, self._features(x), weights)
             self._fresh_steps(train, self._head)
             return out
         if self.cfg.inner_z == "batch":
-            return self._batch_step(x, y, c)
+            return self._batch_step(x, y, c, weights)
         self._mine_steps(train, c)
-        return self._model_step(y, c, self._features(x))
+        return self._model_step(y, c, self._features(x), weights)
 
-    def _batch_step(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _batch_step(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor,
+                    weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The outer step of --inner-z batch: one forward with grad, whose detached z feeds
         the K MINE steps, and whose graph the theta step reuses (theta does not move during
         the inner loop). CUDA work alone: `step_graph` captures it."""
         z = self._features(x)
         z_critic = z.detach()
         for _ in range(self.cfg.K):
-            self._mine_step(z_critic, c)
-        return self._model_step(y, c, z)
+            self._mine_step(z_critic, c, weights)
+        return self._model_step(y, c, z, weights)
 
-    def _model_step(self, y: torch.Tensor, c: torch.Tensor, z: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _model_step(self, y: torch.Tensor, c: torch.Tensor, z: torch.Tensor,
+                    weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.f(z)
         loss_task = F.cross_entropy(logits, y)
         theta = [p for p in self.g.parameters() if p.requires_grad]
@@ -294,10 +317,10 @@ class MIBackprop(ERM):
         if self.cfg.lam == 0:
             loss_task.backward()
             with torch.no_grad():
-                mi = self.mine.lower_bound(z.detach(), c, self.method_gen)
+                mi = self.mine.lower_bound(z.detach(), c, self.method_gen, weights)
             self.model_opt.step()
             return loss_task.detach(), mi
-        mi = self.mine.lower_bound(z, c, self.method_gen)
+        mi = self.mine.lower_bound(z, c, self.method_gen, weights)
         # The guard decides on the device: a guarded batch's MI step is computed and then
         # masked (T worse than a constant, or a NaN estimate), so the host never waits for the
         # estimate. Masked, a step leaves theta, Adam moments and step counts as a task-only
@@ -355,9 +378,14 @@ class MIBackprop(ERM):
 
     # -- evaluation and state -------------------------------------------------------------
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
-        """DV bound with the current T on the training rows evaluate() measures."""
+        """DV bound with the current T on the training rows evaluate() measures (under
+        --mi-weights, weighted)."""
+        weights = None
+        if self.row_weight is not None:
+            weights = self.row_weight if self.eval_rows is None else self.row_weight[
+                self.eval_rows]
         return estimate_mi(self.mine, z, c, self.cfg.batch_size,
-                           generator=self.eval_generator())
+                           generator=self.eval_generator(), weights=weights)
 
     def extra_state(self) -> dict:
         return {"mine": self.mine.state_dict(), "mine_opt": self.mine_opt.state_dict(),

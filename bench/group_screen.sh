@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 68's screens on full MNIST, seed 0, one sweep after another (docs/MEASURED.md, "Group
+# DRO as published, and balanced MI"): mi_backprop under group-balanced MI at lam 0 / .3 / 1 /
+# 3, then Group DRO as published at each (eta, weight decay) of the grid, on Biased MNIST (rho
+# .997) and Colored MNIST (sigma .030). A sweep whose results are written is skipped, an
+# unfinished one continued (--resume): run the script again to continue after a stop.
+#
+#   bench/group_screen.sh ROOT OUT        # e.g. ../shared/data/mnist runs/group_screen
+set -euo pipefail
+root=${1:?usage: bench/group_screen.sh MNIST_ROOT OUT}
+out=${2:?usage: bench/group_screen.sh MNIST_ROOT OUT}
+python=${PYTHON:-python}
+# eta: Sagawa et al.'s default and ten times it (SubpopBench searches 1e-3..1e-1); weight
+# decay: none, and 1e-2 (coupled L2 under Adam at lr 1e-3: about the size of the task gradient
+# once the training set is fitted).
+etas=${DRO_ETAS:-0.01 0.1}
+decays=${DRO_DECAYS:-0 0.01}
+
+sweep() {  # OUT_DIR ARGS...: run, continue, or skip a finished sweep
+  local dir=$1; shift
+  if [ -f "$dir/results.parquet" ]; then echo "== $dir: done"; return; fi
+  local again=()
+  [ -d "$dir" ] && again=(--resume)
+  echo "== $dir: $*"
+  "$python" -m sweeps "$@" --root "$root" --out "$dir" "${again[@]}"
+}
+
+for bench in biased_mnist digits; do
+  sweep "$out/$bench/balanced_screen" "$bench" --preset balanced_screen
+done
+for bench in biased_mnist digits; do
+  for eta in $etas; do
+    for wd in $decays; do
+      # One trial a sweep: both cores to it.
+      sweep "$out/$bench/dro_eta${eta}_wd${wd}" "$bench" --preset dro_screen \
+        --dro-step "$eta" --weight-decay "$wd" --cpus-per-trial 2
+    done
+  done
+done
