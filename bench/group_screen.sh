@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 68's screens on full MNIST, seed 0, one sweep after another (docs/MEASURED.md, "Group
-# DRO as published, and balanced MI"): mi_backprop under group-balanced MI at lam 0 / .3 / 1 /
-# 3, then Group DRO as published at each (eta, weight decay) of the grid, on Biased MNIST (rho
-# .997) and Colored MNIST (sigma .030). A sweep whose results are written is skipped, an
+# DRO as published, and balanced MI"): Group DRO as published at each (eta, weight decay) of
+# the grid, then mi_backprop under group-balanced MI at lam 0 / .3 / 1 / 3, on Biased MNIST
+# (rho .997) and Colored MNIST (sigma .030). PARTS="dro" or "balanced" runs one of them. A sweep whose results are written is skipped, an
 # unfinished one continued (--resume): run the script again to continue after a stop.
 #
 #   bench/group_screen.sh ROOT OUT        # e.g. ../shared/data/mnist runs/group_screen
@@ -25,15 +25,19 @@ sweep() {  # OUT_DIR ARGS...: run, continue, or skip a finished sweep
   "$python" -m sweeps "$@" --root "$root" --out "$dir" "${again[@]}"
 }
 
-for bench in biased_mnist digits; do
-  sweep "$out/$bench/balanced_screen" "$bench" --preset balanced_screen
-done
-for bench in biased_mnist digits; do
-  for eta in $etas; do
-    for wd in $decays; do
-      # One trial a sweep: both cores to it.
-      sweep "$out/$bench/dro_eta${eta}_wd${wd}" "$bench" --preset dro_screen \
-        --dro-step "$eta" --weight-decay "$wd" --cpus-per-trial 2
+parts=${PARTS:-dro balanced}  # which screens, in this order
+for part in $parts; do
+  for bench in biased_mnist digits; do
+    if [ "$part" = balanced ]; then
+      sweep "$out/$bench/balanced_screen" "$bench" --preset balanced_screen
+      continue
+    fi
+    for eta in $etas; do
+      for wd in $decays; do
+        # One trial a sweep: both cores to it.
+        sweep "$out/$bench/dro_eta${eta}_wd${wd}" "$bench" --preset dro_screen \
+          --dro-step "$eta" --weight-decay "$wd" --cpus-per-trial 2
+      done
     done
   done
 done

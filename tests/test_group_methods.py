@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from unbiased.data import Benchmark, TensorSplit, bias_groups
+from unbiased.data import Benchmark, TensorSplit, balanced_order, bias_groups
 from unbiased.methods import make_method
 from unbiased.methods.group_dro import robust_loss
 from unbiased.models import MLPFeatures
@@ -117,3 +117,105 @@ def test_group_dro_resumes_with_its_weights():
     assert torch.equal(straight.q, resumed.q)
     assert not torch.equal(straight.q, make_method("group_dro", bench, {"lam": 1.0},
                                                    seed=1).q)
+
+
+def test_published_group_dro_steps_g_and_f_on_the_robust_loss_alone():
+    bench = _bench()
+    settings = {"lam": 1.0, "dro_step": 0.5, "dro_sampler": "uniform"}
+    algo = make_method("group_dro", bench, settings, seed=0)
+    twin = make_method("group_dro", bench, settings, seed=0)
+    rows = torch.tensor([0, 1, 5, 6, 7])
+    x, y = bench.train.x[rows], bench.train.y[rows]
+    # by hand: q moved by the batch's group means, then one Adam step on sum_g q_g l_g
+    losses = F.cross_entropy(twin.f(twin.g(x)), y, reduction="none")
+    groups = twin.group_of_row[rows]
+    means = torch.zeros(4).index_add(0, groups, losses) / torch.zeros(4).index_add(
+        0, groups, torch.ones(5)).clamp_min(1)
+    q = twin.q * torch.exp(0.5 * means.detach())
+    q = q / q.sum()
+    twin.model_opt.zero_grad()
+    (q * means).sum().backward()
+    twin.model_opt.step()
+    algo.update(x, y, bench.train.c[rows], rows, bench.train)
+    for mine, hand in zip(algo.g.parameters(), twin.g.parameters(), strict=True):
+        assert torch.allclose(mine, hand, atol=1e-7)
+    assert torch.allclose(algo.q, q)
+
+
+def test_the_penalty_variant_steps_on_the_task_loss_plus_lam_times_the_robust_loss():
+    bench = _bench()
+    settings = {"lam": 2.0, "dro_step": 0.5, "dro_loss": "penalty", "dro_sampler": "uniform"}
+    algo = make_method("group_dro", bench, settings, seed=0)
+    twin = make_method("group_dro", bench, settings, seed=0)
+    rows = torch.tensor([0, 5, 6])
+    x, y = bench.train.x[rows], bench.train.y[rows]
+    losses = F.cross_entropy(twin.f(twin.g(x)), y, reduction="none")
+    robust = robust_loss(twin.q, losses, twin.group_of_row[rows], 0.5)
+    twin.model_opt.zero_grad()
+    (losses.mean() + 2.0 * robust).backward()
+    twin.model_opt.step()
+    algo.update(x, y, bench.train.c[rows], rows, bench.train)
+    for mine, hand in zip(algo.g.parameters(), twin.g.parameters(), strict=True):
+        assert torch.allclose(mine, hand, atol=1e-7)
+
+
+def test_the_adjustment_moves_q_by_c_over_the_root_of_each_groups_size():
+    q = torch.tensor([0.5, 0.5])
+    adjustment = 2.0 / torch.tensor([4.0, 1.0]).sqrt()
+    robust_loss(q, torch.tensor([1.0, 1.0]), torch.tensor([0, 1]), step=1.0,
+                adjustment=adjustment)
+    raw = [0.5 * math.exp(1.0 + 1.0), 0.5 * math.exp(1.0 + 2.0)]
+    assert q.tolist() == pytest.approx([r / sum(raw) for r in raw])
+    algo = make_method("group_dro", _bench(), {"dro_adjustment": 2.0}, seed=0)
+    sizes = torch.tensor([5.0, 1.0, 1.0, 4.0])  # the empty group (1, 0) clamped to 1
+    assert torch.allclose(algo.adjustment, 2.0 / sizes.sqrt())
+
+
+def test_the_balanced_sampler_puts_every_present_group_in_every_step():
+    groups = torch.tensor([0] * 50 + [2] * 3 + [3] * 7 + [5])  # groups 1 and 4 empty
+    gen = torch.Generator().manual_seed(0)
+    order = balanced_order(groups, 6, 8, gen)
+    assert len(order) == len(groups)
+    for start in range(0, len(order), 8):
+        batch = groups[order[start:start + 8]]
+        present = set(batch.tolist())
+        assert present <= {0, 2, 3, 5}
+        if len(batch) >= 4:
+            assert present == {0, 2, 3, 5}, batch.tolist()
+    # a batch smaller than the groups takes a random few each step: each group ~ 1/4 of the
+    # rows (61 / 4), not its share of the data (50 / 61 for group 0, 1 / 61 for group 5)
+    order = balanced_order(groups, 6, 3, gen)
+    counts = torch.bincount(groups[order], minlength=6)
+    assert counts[1] == counts[4] == 0
+    assert all(8 <= int(counts[g]) <= 23 for g in (0, 2, 3, 5)), counts.tolist()
+
+
+def test_group_dro_uses_the_balanced_sampler_only_when_it_trains_robustly():
+    bench = _bench()
+    algo = make_method("group_dro", bench, {"lam": 1.0, "batch_size": 4}, seed=0)
+    erm = make_method("group_dro", bench, {"lam": 0.0, "batch_size": 4}, seed=0)
+    plain = make_method("group_reweight", bench, {"lam": 0.0, "batch_size": 4}, seed=0)
+    order = algo.epoch_order(len(PAIRS))
+    assert set(algo.group_of_row[order[:4]].tolist()) == {0, 1, 3}  # (0,0), (0,1), (1,1)
+    assert torch.equal(erm.epoch_order(len(PAIRS)), plain.epoch_order(len(PAIRS)))
+    erm.run_epoch()
+    plain.run_epoch()
+    for a, b in zip(erm.g.parameters(), plain.g.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_each_epoch_reports_q_and_the_worst_groups_training_loss():
+    bench = _bench()
+    algo = make_method("group_dro", bench, {"lam": 1.0, "batch_size": 4}, seed=0)
+    algo.run_epoch()
+    metrics = algo.evaluate()
+    q = algo.q[algo.q > 0]
+    assert metrics["dro_q_max"] == pytest.approx(float(algo.q.max()))
+    assert metrics["dro_q_entropy"] == pytest.approx(float(-(q * q.log()).sum()), rel=1e-6)
+    assert metrics["dro_q_entropy"] <= math.log(3) + 1e-6
+    losses = _losses(algo, bench)
+    by_group: dict[tuple[int, int], list[float]] = {}
+    for pair, loss in zip(PAIRS, losses.tolist(), strict=True):
+        by_group.setdefault(pair, []).append(loss)
+    worst = max(sum(v) / len(v) for v in by_group.values())
+    assert metrics["worst_group_loss"] == pytest.approx(worst, rel=1e-5)

@@ -260,12 +260,21 @@ def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
     return metrics
 
 
+def mi_eval_set(algo, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                           torch.Tensor | None]:
+    """The training (z, y, c) the fresh estimates read, and their weights: the rows of
+    `train_eval_rows` unweighted, or under `mi_eval_weights groups` every training row with
+    its group-balanced weight."""
+    if plan.balanced:
+        return algo.balanced_train_set()
+    return (*algo.train_eval_set(), None)
+
+
 def fresh_estimates(algo, plan: Plan) -> dict[str, float]:
     """MI of the training features by fresh statistics networks (mi_eval), and with the
     stopping rule the floors it checks them against."""
-    z, y, c = algo.train_eval_set()
+    z, y, c, weights = mi_eval_set(algo, plan)
     seed, steps, graphs = plan.seed, plan.mi_steps, plan.cuda_graphs
-    weights = algo.train_eval_weights() if plan.balanced else None
     # Colour beyond the label: c shuffled within each class (0 for a z that encodes y alone;
     # plain mi_eval then still reads about I(y; c)).
     estimates = {"mi_eval": mi_eval(z, c, seed=seed, steps=steps, cuda_graphs=graphs,
@@ -304,9 +313,8 @@ def select_epoch(algo, plan: Plan, rule: StoppingRecords | None, state: dict,
     # split): the minimum of noisy estimates is biased low, this is not.
     again_start = time.perf_counter()
     with algo.at_weights(weights["g"], weights["f"]):
-        z, y, c = algo.train_eval_set()
+        z, y, c, weights = mi_eval_set(algo, plan)
         again = plan.seed + REESTIMATE_SEED_OFFSET
-        weights = algo.train_eval_weights() if plan.balanced else None
         metrics["selected_mi_eval"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,
                                               cuda_graphs=plan.cuda_graphs, weights=weights)
         metrics["selected_mi_eval_cond"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,

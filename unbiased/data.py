@@ -250,3 +250,25 @@ def bias_targets(c: torch.Tensor, classes: tuple[int, ...]) -> torch.Tensor:
         return c.round().long()
     raise ValueError(f"c has {c.shape[1]} columns: neither one-hot blocks of {classes} nor "
                      f"one class index per head")
+
+
+def balanced_order(group_of_row: torch.Tensor, count: int, batch_size: int,
+                   generator: torch.Generator) -> torch.Tensor:
+    """An epoch's rows (as many as the training set) drawn group by group: each batch lists
+    the present groups in a fresh random order, cycled over its slots; each slot takes a row
+    of its group uniformly (with replacement)."""
+    device = group_of_row.device
+    where = generator.device
+    n = len(group_of_row)
+    sizes = torch.bincount(group_of_row, minlength=count)
+    present = torch.nonzero(sizes > 0).squeeze(1)
+    by_group = torch.argsort(group_of_row, stable=True)
+    starts = torch.cumsum(sizes, 0) - sizes
+    steps = -(-n // batch_size)
+    orders = torch.argsort(torch.rand(steps, len(present), generator=generator, device=where),
+                           dim=1).to(device)
+    slot = torch.arange(n, device=device)
+    group = present[orders[slot // batch_size, (slot % batch_size) % len(present)]]
+    within = (torch.rand(n, generator=generator, device=where).to(device)
+              * sizes[group]).long().clamp_max(sizes[group] - 1)
+    return by_group[starts[group] + within]

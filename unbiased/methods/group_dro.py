@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from unbiased.data import Benchmark, Split
+from unbiased.data import Benchmark, Split, balanced_order
 from unbiased.methods.base import TrainConfig
 from unbiased.methods.group_reweight import GroupMethod
 from unbiased.settings import setting
@@ -70,28 +70,6 @@ def robust_loss(q: torch.Tensor, losses: torch.Tensor, groups: torch.Tensor,
         q.mul_(torch.exp(step * moved))
         q.div_(q.sum())
     return (q * means).sum()
-
-
-def balanced_order(group_of_row: torch.Tensor, count: int, batch_size: int,
-                   generator: torch.Generator) -> torch.Tensor:
-    """An epoch's rows (as many as the training set) drawn group by group: each batch lists
-    the present groups in a fresh random order, cycled over its slots; each slot takes a row
-    of its group uniformly (with replacement)."""
-    device = group_of_row.device
-    where = generator.device
-    n = len(group_of_row)
-    sizes = torch.bincount(group_of_row, minlength=count)
-    present = torch.nonzero(sizes > 0).squeeze(1)
-    by_group = torch.argsort(group_of_row, stable=True)
-    starts = torch.cumsum(sizes, 0) - sizes
-    steps = -(-n // batch_size)
-    orders = torch.argsort(torch.rand(steps, len(present), generator=generator, device=where),
-                           dim=1).to(device)
-    slot = torch.arange(n, device=device)
-    group = present[orders[slot // batch_size, (slot % batch_size) % len(present)]]
-    within = (torch.rand(n, generator=generator, device=where).to(device)
-              * sizes[group]).long().clamp_max(sizes[group] - 1)
-    return by_group[starts[group] + within]
 
 
 class GroupDRO(GroupMethod):
