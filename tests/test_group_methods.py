@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from unbiased.data import Benchmark, TensorSplit, balanced_order, bias_groups
+from unbiased.data import Benchmark, GroupSampler, TensorSplit, bias_groups
 from unbiased.methods import make_method
 from unbiased.methods.group_dro import robust_loss
 from unbiased.models import MLPFeatures
@@ -174,7 +174,8 @@ def test_the_adjustment_moves_q_by_c_over_the_root_of_each_groups_size():
 def test_the_balanced_sampler_puts_every_present_group_in_every_step():
     groups = torch.tensor([0] * 50 + [2] * 3 + [3] * 7 + [5])  # groups 1 and 4 empty
     gen = torch.Generator().manual_seed(0)
-    order = balanced_order(groups, 6, 8, gen)
+    sampler = GroupSampler(groups, 6)
+    order = sampler.epoch(8, gen)
     assert len(order) == len(groups)
     for start in range(0, len(order), 8):
         batch = groups[order[start:start + 8]]
@@ -184,10 +185,11 @@ def test_the_balanced_sampler_puts_every_present_group_in_every_step():
             assert present == {0, 2, 3, 5}, batch.tolist()
     # a batch smaller than the groups takes a random few each step: each group ~ 1/4 of the
     # rows (61 / 4), not its share of the data (50 / 61 for group 0, 1 / 61 for group 5)
-    order = balanced_order(groups, 6, 3, gen)
+    order = sampler.epoch(3, gen)
     counts = torch.bincount(groups[order], minlength=6)
     assert counts[1] == counts[4] == 0
     assert all(8 <= int(counts[g]) <= 23 for g in (0, 2, 3, 5)), counts.tolist()
+    assert set(groups[sampler.batch(4, gen)].tolist()) == {0, 2, 3, 5}
 
 
 def test_group_dro_uses_the_balanced_sampler_only_when_it_trains_robustly():

@@ -252,23 +252,36 @@ def bias_targets(c: torch.Tensor, classes: tuple[int, ...]) -> torch.Tensor:
                      f"one class index per head")
 
 
-def balanced_order(group_of_row: torch.Tensor, count: int, batch_size: int,
-                   generator: torch.Generator) -> torch.Tensor:
-    """An epoch's rows (as many as the training set) drawn group by group: each batch lists
-    the present groups in a fresh random order, cycled over its slots; each slot takes a row
-    of its group uniformly (with replacement)."""
-    device = group_of_row.device
-    where = generator.device
-    n = len(group_of_row)
-    sizes = torch.bincount(group_of_row, minlength=count)
-    present = torch.nonzero(sizes > 0).squeeze(1)
-    by_group = torch.argsort(group_of_row, stable=True)
-    starts = torch.cumsum(sizes, 0) - sizes
-    steps = -(-n // batch_size)
-    orders = torch.argsort(torch.rand(steps, len(present), generator=generator, device=where),
-                           dim=1).to(device)
-    slot = torch.arange(n, device=device)
-    group = present[orders[slot // batch_size, (slot % batch_size) % len(present)]]
-    within = (torch.rand(n, generator=generator, device=where).to(device)
-              * sizes[group]).long().clamp_max(sizes[group] - 1)
-    return by_group[starts[group] + within]
+class GroupSampler:
+    """Rows drawn group by group (DomainBed's per-group mini-batches): each batch lists the
+    groups present among `group_of_row` in a fresh random order, cycled over its slots, and
+    each slot takes a row of its group uniformly (with replacement). A batch at least as large
+    as the number of groups holds every group; a smaller one a random few each step."""
+
+    def __init__(self, group_of_row: torch.Tensor, count: int):
+        self.device = group_of_row.device
+        self.rows = len(group_of_row)
+        self.sizes = torch.bincount(group_of_row, minlength=count)
+        self.present = torch.nonzero(self.sizes > 0).squeeze(1)
+        self.by_group = torch.argsort(group_of_row, stable=True)
+        self.starts = torch.cumsum(self.sizes, 0) - self.sizes
+
+    def epoch(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """An epoch's rows, as many as the training set, batch after batch."""
+        return self._draw(self.rows, batch_size, generator)
+
+    def batch(self, size: int, generator: torch.Generator) -> torch.Tensor:
+        """One batch of `size` rows."""
+        return self._draw(size, size, generator)
+
+    def _draw(self, n: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        where, device = generator.device, self.device
+        steps = -(-n // batch_size)
+        orders = torch.argsort(torch.rand(steps, len(self.present), generator=generator,
+                                          device=where), dim=1).to(device)
+        slot = torch.arange(n, device=device)
+        group = self.present[orders[slot // batch_size,
+                                    (slot % batch_size) % len(self.present)]]
+        within = (torch.rand(n, generator=generator, device=where).to(device)
+                  * self.sizes[group]).long().clamp_max(self.sizes[group] - 1)
+        return self.by_group[self.starts[group] + within]

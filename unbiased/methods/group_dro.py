@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from unbiased.data import Benchmark, Split, balanced_order
+from unbiased.data import Benchmark, GroupSampler, Split
 from unbiased.methods.base import TrainConfig
 from unbiased.methods.group_reweight import GroupMethod
 from unbiased.settings import setting
@@ -84,6 +84,7 @@ class GroupDRO(GroupMethod):
         super().__init__(bench, cfg, seed, device)
         present = (self.group_sizes > 0).float()
         self.q = present / present.sum()
+        self.sampler = GroupSampler(self.group_of_row, len(self.group_sizes))
         self.adjustment = None
         if cfg.dro_adjustment > 0:
             self.adjustment = cfg.dro_adjustment / self.group_sizes.clamp_min(1).float().sqrt()
@@ -91,8 +92,7 @@ class GroupDRO(GroupMethod):
     def epoch_order(self, n: int) -> torch.Tensor:
         if self.cfg.lam == 0 or self.cfg.dro_sampler == "uniform":
             return super().epoch_order(n)
-        return balanced_order(self.group_of_row, len(self.group_sizes), self.cfg.batch_size,
-                              self.method_gen)
+        return self.sampler.epoch(self.cfg.batch_size, self.method_gen)
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:

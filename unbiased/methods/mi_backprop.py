@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from unbiased.data import Benchmark, Split, balanced_weights
+from unbiased.data import Benchmark, GroupSampler, Split, balanced_weights
 from unbiased.graphs import GraphedStep, graph_obstacles
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.mine import MINE, estimate_mi, permutation
@@ -99,17 +99,28 @@ class MIBackpropConfig(TrainConfig):
     # The outer step is ~5,000 kernels of a few microseconds each: eager, a GPU waits on
     # Python and launches (docs/MEASURED.md, "CUDA graphs of the outer step").
     # Where c is nearly a function of y (Biased MNIST), I(z; c) is nearly I(z; y): the plain
-    # penalty removes the label. Under group-balanced weights c is independent of y, and
-    # I(z; c) is the colour z carries alone (docs/METRICS.md, "Balanced MI").
+    # penalty removes the label. Under the group-balanced distribution c is independent of
+    # y, and I(z; c) is the colour z carries alone (docs/METRICS.md, "Balanced MI"). A
+    # weighted estimate on the task's batches would not do: at rho .997 a batch of 128 holds
+    # 0.4 rows of the rare groups, so most batches' weighted bound is the plain one.
     mi_weights: str = setting(
-        "none", "ours: groups = the critic, the penalty and the trial's own mi estimate "
-                "I(z; c) with every row weighted so each (y, c) group of the benchmark "
-                "weighs the same (c independent of y); none = the rows as drawn",
+        "none", "ours: groups = the critic and the penalty read I(z; c) on group-balanced "
+                "batches (every (y, c) group of the benchmark in each, c independent of y) "
+                "drawn beside the task's, and the trial's own mi is weighted so; none = "
+                "the task's batches (--inner-z batch or fresh with groups)",
         choices=MI_WEIGHTS)
     cuda_graphs: bool = setting(
         False, "capture the outer step (K critic steps and the theta/psi step) as a CUDA "
                "graph after 3 eager steps and replay it (GPU, --inner-z batch, constant lr; "
                "otherwise eager, said once in the trial's log); reports graphed each epoch")
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.mi_weights != "none" and self.inner_z not in ("batch", "fresh"):
+            problems.append(f"mi_weights {self.mi_weights!r} draws the critic's batches group "
+                            f"by group: it needs inner_z 'batch' or 'fresh', got "
+                            f"{self.inner_z!r}")
+        return problems
 
 
 def mi_backprop_graph_obstacles(cfg: MIBackpropConfig, device: torch.device) -> list[str]:
@@ -120,7 +131,7 @@ def mi_backprop_graph_obstacles(cfg: MIBackpropConfig, device: torch.device) -> 
         f"--lr-schedule {cfg.lr_schedule} changes the lr every step": (
             cfg.lr_schedule != "constant"),
         "--compile (a compiled module captures graphs of its own)": cfg.compile,
-        "--mi-weights groups (not captured yet)": cfg.mi_weights != "none",
+        "--mi-weights groups draws batches of its own": cfg.mi_weights != "none",
     })
 
 
@@ -159,10 +170,14 @@ class MIBackprop(ERM):
                                             fused=self.fused)
         if cfg.compile:
             self.mine.T.compile()
-        # --mi-weights groups: each training row's weight (balanced_weights); None: none.
+        # --mi-weights groups: each training row's weight (balanced_weights) and the
+        # sampler of the critic's and the penalty's group-balanced batches; None: none.
         self.row_weight: torch.Tensor | None = None
+        self.sampler: GroupSampler | None = None
         if cfg.mi_weights == "groups":
-            self.row_weight = balanced_weights(*bench.train_groups()).to(self.device)
+            groups, count = bench.train_groups()
+            self.row_weight = balanced_weights(groups, count).to(self.device)
+            self.sampler = GroupSampler(groups.to(self.device), count)
         self._bank: torch.Tensor | None = None
         self._bank_c: torch.Tensor | None = None
         self._bank_rows: torch.Tensor | None = None  # the pool's rows; None = the whole set
@@ -220,12 +235,6 @@ class MIBackprop(ERM):
             return self._bank_rows[pick]
         return pick
 
-    def weights_of(self, rows: torch.Tensor | None) -> torch.Tensor | None:
-        """The --mi-weights of training `rows` (None without weights)."""
-        if self.row_weight is None or rows is None:
-            return None
-        return self.row_weight[rows]
-
     def _inner_batches(self, train: Split, c_batch: torch.Tensor
                        ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The K (z, c) pairs of the inner MINE steps of --inner-z fresh or bank, each drawn
@@ -241,7 +250,9 @@ class MIBackprop(ERM):
                 self._inner_pick = pick
                 yield self._bank[pick], self._bank_c[pick]
                 continue
-            yield self._fresh_z(train, self._indices(len(train), len(c_batch)))
+            rows = (self._indices(len(train), len(c_batch)) if self.sampler is None
+                    else self.sampler.batch(len(c_batch), self.method_gen))
+            yield self._fresh_z(train, rows)
 
     def _fresh_z(self, train: Split, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(z, c) of `rows` through the current g, without grad."""
@@ -252,12 +263,11 @@ class MIBackprop(ERM):
 
     def _mine_steps(self, train: Split, c_batch: torch.Tensor) -> None:
         for z, c in self._inner_batches(train, c_batch):
-            self._mine_step(z, c, self.weights_of(self.last_inner_rows()))
+            self._mine_step(z, c)
         self._bank_age += 1
 
-    def _mine_step(self, z: torch.Tensor, c: torch.Tensor,
-                   weights: torch.Tensor | None = None) -> None:
-        loss, _ = self.mine.phi_loss(z, c, self.method_gen, weights=weights)
+    def _mine_step(self, z: torch.Tensor, c: torch.Tensor) -> None:
+        loss, _ = self.mine.phi_loss(z, c, self.method_gen)
         self.mine_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.mine_opt.step()
@@ -265,7 +275,7 @@ class MIBackprop(ERM):
     def _fresh_steps(self, train: Split, batches: list[torch.Tensor]) -> None:
         """One MINE step on each of `batches` (row indices), each through g without grad."""
         for rows in batches:
-            self._mine_step(*self._fresh_z(train, rows), self.weights_of(rows))
+            self._mine_step(*self._fresh_z(train, rows))
 
     # -- one outer step -------------------------------------------------------------------
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
@@ -286,29 +296,50 @@ class MIBackprop(ERM):
             self.theta_steps += 1
         if self.step_graph is not None:
             return self.step_graph(x, y, c)
-        weights = self.weights_of(rows)
         if self.cfg.inner_z == "first_k":  # theta first, then T on the epoch's first K batches
-            out = self._model_step(y, c, self._features(x), weights)
+            out = self._model_step(y, c, self._features(x))
             self._fresh_steps(train, self._head)
             return out
+        balanced = None
+        if self.sampler is not None:  # the critic's and the penalty's rows, group by group
+            mi_rows = self.sampler.batch(len(rows), self.method_gen)
+            [(x_mi, _, c_mi)] = list(train.batches(len(mi_rows), mi_rows))
+            balanced = (x_mi, c_mi)
         if self.cfg.inner_z == "batch":
-            return self._batch_step(x, y, c, weights)
+            return self._batch_step(x, y, c, balanced)
         self._mine_steps(train, c)
-        return self._model_step(y, c, self._features(x), weights)
+        return self._model_step(y, c, self._features(x), balanced)
 
     def _batch_step(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor,
-                    weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    balanced: tuple[torch.Tensor, torch.Tensor] | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The outer step of --inner-z batch: one forward with grad, whose detached z feeds
         the K MINE steps, and whose graph the theta step reuses (theta does not move during
         the inner loop). CUDA work alone: `step_graph` captures it."""
         z = self._features(x)
-        z_critic = z.detach()
+        z_mi, c_mi = (z, c) if balanced is None else self._balanced_z(*balanced)
+        z_critic = z_mi.detach()
         for _ in range(self.cfg.K):
-            self._mine_step(z_critic, c, weights)
-        return self._model_step(y, c, z, weights)
+            self._mine_step(z_critic, c_mi)
+        return self._model_step(y, c_mi, z, z_mi=z_mi)
+
+    def _balanced_z(self, x: torch.Tensor, c: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """z of the group-balanced batch: with grad when the penalty moves theta, without at
+        lam 0 (g and f then take ERM's step alone)."""
+        if self.cfg.lam > 0:
+            return self._features(x), c
+        with torch.no_grad():
+            return self._features(x), c
 
     def _model_step(self, y: torch.Tensor, c: torch.Tensor, z: torch.Tensor,
-                    weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    balanced: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    z_mi: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """theta and psi's step; the MI term reads (z_mi, c) (default: the task's z), or the
+        group-balanced batch (x, c) of `balanced`."""
+        if balanced is not None:
+            z_mi, c = self._balanced_z(*balanced)
+        z_mi = z if z_mi is None else z_mi
         logits = self.f(z)
         loss_task = F.cross_entropy(logits, y)
         theta = [p for p in self.g.parameters() if p.requires_grad]
@@ -317,10 +348,10 @@ class MIBackprop(ERM):
         if self.cfg.lam == 0:
             loss_task.backward()
             with torch.no_grad():
-                mi = self.mine.lower_bound(z.detach(), c, self.method_gen, weights)
+                mi = self.mine.lower_bound(z_mi.detach(), c, self.method_gen)
             self.model_opt.step()
             return loss_task.detach(), mi
-        mi = self.mine.lower_bound(z, c, self.method_gen, weights)
+        mi = self.mine.lower_bound(z_mi, c, self.method_gen)
         # The guard decides on the device: a guarded batch's MI step is computed and then
         # masked (T worse than a constant, or a NaN estimate), so the host never waits for the
         # estimate. Masked, a step leaves theta, Adam moments and step counts as a task-only
