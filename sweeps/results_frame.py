@@ -28,6 +28,7 @@ KEPT_COLUMNS = (*dict.fromkeys(c for spec in all_specs() for c in spec.result_co
                 "mi_eval_cond", "selected_epoch", "penalty", "epoch_s", "eval_s",
                 "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
                 "selected_mi_eval_cond", "guarded_frac", "graphed", "empty_groups",
+                "worst_group_loss", "dro_q_max", "dro_q_entropy",
                 # the critic ablation's axes (sweeps/critic_ablation.py)
                 "mine_standardize", "mi_guard")
 METHOD = "mi_backprop"  # the method of a trial whose config names none
