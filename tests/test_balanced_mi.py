@@ -191,3 +191,20 @@ def test_the_balanced_mi_eval_reads_every_training_row_with_its_weight():
     assert float(w[:90].sum()) == pytest.approx(float(w[180:190].sum()))
     z, _, _, w = mi_eval_set(algo, Plan.of({"epochs": 1, "seed": 0}))
     assert len(z) == 20 and w is None
+
+
+def test_colored_mnist_offers_palette_groups_to_the_group_methods():
+    from unbiased.benchmarks import digits
+
+    config = {"source": "mnist5k", "sigma": 0.05, "seed": 0, "palette": "kim",
+              "stroke": "flat"}
+    cells = digits.SPEC.build(config)
+    palette = digits.SPEC.build({**config, "groups": "palette"})
+    assert cells.groups is None and cells.train_groups()[1] == 10 * 8 ** 3
+    groups, count = palette.train_groups()
+    assert count == 100 and torch.equal(groups // 10, palette.train.y)
+    # at sigma .05 a good share of the digits show a colour nearer another class's
+    misled = float((groups % 10 != palette.train.y).float().mean())
+    assert 0.2 < misled < 0.6
+    algo = make_method("group_reweight", palette, {"lam": 1.0}, seed=0)
+    assert len(algo.group_sizes) == 100 and torch.equal(algo.group_of_row, groups)
