@@ -2,7 +2,9 @@
 # Issue 68's screens on full MNIST, seed 0, one sweep after another (docs/MEASURED.md, "Group
 # DRO as published, and balanced MI"): Group DRO as published at each (eta, weight decay) of
 # the grid, then mi_backprop under group-balanced MI at lam 0 / .3 / 1 / 3, on Biased MNIST
-# (rho .997) and Colored MNIST (sigma .030). PARTS="dro" or "balanced" runs one of them. A sweep whose results are written is skipped, an
+# (rho .997) and Colored MNIST (sigma .030). PARTS="dro" or "balanced" runs one of them;
+# PARTS="dro_rows balanced_rows" runs the three-seed rows at the screens' picks (ROW_ETA,
+# ROW_DECAY; ROW_LAM_biased_mnist, ROW_LAM_digits). A sweep whose results are written is skipped, an
 # unfinished one continued (--resume): run the script again to continue after a stop.
 #
 #   bench/group_screen.sh ROOT OUT        # e.g. ../shared/data/mnist runs/group_screen
@@ -30,6 +32,17 @@ for part in $parts; do
   for bench in biased_mnist digits; do
     if [ "$part" = balanced ]; then
       sweep "$out/$bench/balanced_screen" "$bench" --preset balanced_screen
+      continue
+    fi
+    if [ "$part" = dro_rows ]; then  # seeds 0-2 at the screen's (eta, weight decay)
+      sweep "$out/$bench/dro_rows" "$bench" --preset balanced_rows --method group_dro \
+        --dro-step "${ROW_ETA:?set ROW_ETA}" --weight-decay "${ROW_DECAY:?set ROW_DECAY}"
+      continue
+    fi
+    if [ "$part" = balanced_rows ]; then  # seeds 0-2 at the screen's lambda, per benchmark
+      lam_var="ROW_LAM_${bench}"
+      sweep "$out/$bench/balanced_rows" "$bench" --preset balanced_rows \
+        --method mi_backprop --lam "${!lam_var:?set $lam_var}"
       continue
     fi
     for eta in $etas; do
