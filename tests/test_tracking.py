@@ -6,6 +6,7 @@ SIGTERM resumes into the same runs)."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import subprocess
 import sys
@@ -83,33 +84,46 @@ def _trackers() -> str:
 
 @contextmanager
 def _mlflow_server(tmp_path: Path) -> Iterator[str]:
-    """A real `mlflow server` on a free local port: its URI, once it answers."""
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
+    """A real `mlflow server` on a free local port: its URI, once it answers. The port is free
+    when picked, not when the server binds it: a Ray started meanwhile by the other test worker
+    can take it (its gRPC answered the health check in binary, BadStatusLine), and then the
+    server exits on the taken port. That is retried on another port, three tries."""
     # Without its job runner: seven polling processes that kept ~2 cores busy for as long as
     # the server ran (docs/MEASURED.md, "The test suite's time"); tracking needs none.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, "mlflow server exited"
-            assert time.time() < deadline, "mlflow server did not answer in 120 s"
-            time.sleep(1)
-        yield uri
-    finally:
-        stop_group(server)
+    for attempt in range(3):
+        port = free_port()
+        uri = f"http://127.0.0.1:{port}"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port",
+             str(port), "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+             "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            if _answers(uri, server):
+                yield uri
+                return
+        finally:
+            stop_group(server)
+        assert attempt < 2, "mlflow server exited three times (ports taken?)"
+
+
+def _answers(uri: str, server: subprocess.Popen) -> bool:
+    """Whether the server at `uri` answers its health check within 120 s (False: it exited,
+    e.g. on a port something else took)."""
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return True
+        except (OSError, http.client.HTTPException):  # not up, or another server's port
+            pass
+        if server.poll() is not None:
+            return False
+        assert time.time() < deadline, "mlflow server did not answer in 120 s"
+        time.sleep(1)
 
 
 @pytest.mark.parametrize("module, trackers, message", [
