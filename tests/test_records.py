@@ -1,0 +1,144 @@
+"""A trial's record (trainables/record.py): what a restart reads back after a kill at each
+point of a report's write, on a local directory and on S3."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from trainables.record import Records, trial_finished, trial_key
+
+KEYS = ("method", "sigma", "lam", "K", "seed")
+CONFIG = {"epochs": 3, "method": "mi_backprop", "sigma": 0.03, "lam": 1.0, "K": 40, "seed": 0}
+
+
+def _files(epoch: int) -> dict[str, bytes]:
+    return {"state.pt": f"weights after epoch {epoch}".encode()}
+
+
+def _run(records: Records, key: str, epochs: int) -> list[dict]:
+    records.start(key, CONFIG)
+    rows = []
+    for epoch in range(1, epochs + 1):
+        rows.append({"epoch": epoch, "train_acc": 0.5 + epoch / 10, "mi": float("nan")})
+        records.write(key, rows, _files(epoch))
+    return rows
+
+
+def test_the_rows_and_the_last_checkpoint_come_back_and_older_checkpoints_go(tmp_path):
+    records = Records(str(tmp_path), "grid")
+    rows = _run(records, "a", 3)
+    record = records.read("a")
+    assert record.config == CONFIG
+    assert [r["epoch"] for r in record.rows] == [1, 2, 3]
+    assert record.metrics()[1]["train_acc"] == rows[1]["train_acc"]
+    assert np.isnan(record.metrics()[0]["mi"])
+    assert records.checkpoint(record) == _files(3)
+    assert [p.name for p in (tmp_path / "grid/trials/a/checkpoint").iterdir()] == ["000003"]
+    assert records.keys() == ["a"] and set(records.read_all()) == {"a"}
+    assert records.read("never started") is None
+
+
+def test_a_kill_before_the_rows_are_written_continues_from_the_previous_epoch(tmp_path):
+    records = Records(str(tmp_path), "grid")
+    rows = _run(records, "a", 2)
+    # epoch 3's checkpoint written, its rows not (the kill came between)
+    (tmp_path / "grid/trials/a/checkpoint/000003").mkdir()
+    (tmp_path / "grid/trials/a/checkpoint/000003/state.pt").write_bytes(b"epoch 3")
+    record = records.read("a")
+    assert [r["epoch"] for r in record.rows] == [1, 2]
+    assert records.checkpoint(record) == _files(2)
+    records.write("a", [*rows, {"epoch": 3}], _files(3))  # the restart's epoch 3
+    assert [p.name for p in (tmp_path / "grid/trials/a/checkpoint").iterdir()] == ["000003"]
+    assert records.checkpoint(records.read("a")) == _files(3)
+
+
+def test_a_deleted_checkpoint_falls_back_to_an_older_one_or_to_the_start(tmp_path):
+    records = Records(str(tmp_path), "grid")
+    _run(records, "a", 2)
+    older = tmp_path / "grid/trials/a/checkpoint/000001"  # as a kill before the deletes leaves
+    older.mkdir()
+    (older / "state.pt").write_bytes(_files(1)["state.pt"])
+    newest = tmp_path / "grid/trials/a/checkpoint/000002/state.pt"
+    newest.unlink()
+    record = records.read("a")
+    assert [r["epoch"] for r in record.rows] == [1]  # epoch 2 runs again
+    assert records.checkpoint(record) == _files(1)
+    (older / "state.pt").unlink()
+    record = records.read("a")
+    assert record.rows == [] and records.checkpoint(record) is None
+
+
+def test_a_cut_rows_file_keeps_the_whole_lines(tmp_path):
+    records = Records(str(tmp_path), "grid")
+    _run(records, "a", 3)
+    path = tmp_path / "grid/trials/a/epochs.jsonl"
+    path.write_bytes(path.read_bytes()[:-20])  # the last line cut
+    record = records.read("a")
+    # epoch 3's row is gone and with it the only checkpoint that is left: from the start
+    assert record.rows == [] and records.checkpoint(record) is None
+    lines = path.read_text().splitlines()
+    path.write_text(lines[0] + "\n")  # epoch 1's row whole, its checkpoint gone
+    assert records.read("a").rows == []
+
+
+def test_a_last_report_without_checkpoint_keeps_its_row(tmp_path):
+    records = Records(str(tmp_path), "grid")
+    rows = _run(records, "a", 2)
+    rows.append({"epoch": 3, "diverged": "loss_task is nan"})
+    records.write("a", rows, None)
+    record = records.read("a")
+    assert [r["epoch"] for r in record.rows] == [1, 2, 3]
+    assert records.checkpoint(record) == _files(2)
+    assert trial_finished(record.rows, epochs=10)
+
+
+def test_numbers_are_written_as_numbers(tmp_path):
+    records = Records(str(tmp_path), "grid")
+    records.start("a", {**CONFIG, "lam": np.float64(1.0)})
+    records.write("a", [{"epoch": np.int64(1), "mi": np.float32(0.25)}], None)
+    line = json.loads((tmp_path / "grid/trials/a/epochs.jsonl").read_text())
+    assert line == {"epoch": 1, "mi": 0.25}
+    assert records.read("a").config["lam"] == 1.0
+
+
+def test_keys_name_the_grid_point_the_same_way_every_time():
+    point = {"method": "mi_backprop", "sigma": 0.03, "lam": 1.0, "K": 40, "seed": 0}
+    assert trial_key([point], KEYS) == "method=mi_backprop,sigma=0.03,lam=1.0,K=40,seed=0"
+    erm = {"method": "erm", "sigma": 0.03, "lam": 0.0, "seed": 1}  # no K
+    assert trial_key([erm], KEYS) == "method=erm,sigma=0.03,lam=0.0,seed=1"
+    assert trial_key([point, {**point, "lam": 2.0}], KEYS).endswith(",seed=0+1")
+
+
+def test_finished_means_the_last_epoch_or_a_stop_of_its_own():
+    assert not trial_finished([], 3)
+    assert not trial_finished([{"epoch": 1}, {"epoch": 2}], 3)
+    assert trial_finished([{"epoch": 1}, {"epoch": 2}, {"epoch": 3}], 3)
+    assert trial_finished([{"epoch": 0, "device_error": "no GPU"}], 3)
+
+
+def test_clear_removes_every_record(tmp_path):
+    records = Records(str(tmp_path), "grid")
+    _run(records, "a", 1)
+    records.clear()
+    assert records.keys() == [] and records.read("a") is None
+    records.clear()  # nothing there: nothing to do
+
+
+@pytest.mark.system
+def test_records_in_a_bucket(tmp_path, monkeypatch):
+    from tests.s3 import BUCKET, s3_server
+
+    with s3_server(tmp_path) as s3:
+        for name, value in s3.env.items():
+            monkeypatch.setenv(name, value)
+        records = Records(f"s3://{BUCKET}/sweep", "grid")
+        _run(records, "a", 2)
+        record = records.read("a")
+        assert [r["epoch"] for r in record.rows] == [1, 2]
+        assert records.checkpoint(record) == _files(2)
+        assert s3.keys("sweep/grid/trials/a") == [
+            "sweep/grid/trials/a/checkpoint/000002/state.pt",
+            "sweep/grid/trials/a/epochs.jsonl", "sweep/grid/trials/a/point.json"]

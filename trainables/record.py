@@ -1,0 +1,183 @@
+"""A trial's record: its reported rows and its last checkpoint, in a layout of ours.
+
+    <storage>/<experiment>/trials/<key>/
+        point.json          the trial's key and flat config, written before its first report
+        epochs.jsonl        every report so far, one JSON object a line, rewritten whole
+        checkpoint/<n>/     the files of the n-th report's checkpoint (state.pt, state_m<i>.pt)
+
+`<storage>` is the sweep's storage (a directory, or an s3:// URI read through pyarrow, as
+Tune reads it). A report is written in three steps: its checkpoint's files, then the rows
+(the last naming that checkpoint and its files), then every other checkpoint deleted. A kill
+at any point leaves the rows naming a checkpoint whose files are all present (or none), so
+a restart continues from the newest named checkpoint that is whole and re-runs the epochs
+after it, as Tune's own restart does. Local files are written whole under another name and
+renamed; an object store's PUT shows a file whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+
+from pyarrow import fs as pafs
+
+TRIALS_DIR = "trials"
+POINT_FILE = "point.json"
+ROWS_FILE = "epochs.jsonl"
+CHECKPOINT_DIR = "checkpoint"
+_CHECKPOINT = "_checkpoint"  # in a row: {"dir": "<n>", "files": [...]} of its checkpoint
+
+
+def trial_key(points: list[dict], keys: tuple[str, ...]) -> str:
+    """A trial's name in its sweep: its grid point's values in `keys` order
+    (`method=mi_backprop,sigma=0.03,lam=1.0,K=40,seed=0`); a bundle's, its first member's
+    with the number of the others. The same flags give the same keys in every launch."""
+    first = ",".join(f"{k}={points[0][k]}" for k in keys if points[0].get(k) is not None)
+    return first if len(points) == 1 else f"{first}+{len(points) - 1}"
+
+
+def trial_finished(rows: list[dict], epochs: int) -> bool:
+    """A trial whose last report is its last epoch, or that stopped itself (diverged, or
+    could not have its device)."""
+    if not rows:
+        return False
+    last = rows[-1]
+    return (last.get("epoch") == epochs or bool(last.get("diverged"))
+            or bool(last.get("device_error")))
+
+
+@dataclass
+class Record:
+    key: str
+    config: dict
+    # up to the newest whole checkpoint; each as written, with the checkpoint it named
+    rows: list[dict] = field(default_factory=list)
+    checkpoint: str | None = None  # that checkpoint's directory
+
+    def metrics(self) -> list[dict]:
+        """The rows as the trial reported them."""
+        return [{k: v for k, v in row.items() if k != _CHECKPOINT} for row in self.rows]
+
+
+class Records:
+    """The records of one experiment's trials under `storage` (a path or a URI)."""
+
+    def __init__(self, storage: str, experiment: str) -> None:
+        root = storage.rstrip("/") + "/" + experiment + "/" + TRIALS_DIR
+        if "://" in root:
+            self.fs, self.root = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.root = pafs.LocalFileSystem(), root
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def _dir(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    def _write(self, path: str, data: bytes) -> None:
+        parent = path.rpartition("/")[0]
+        self.fs.create_dir(parent, recursive=True)
+        target = f"{path}.{uuid.uuid4().hex[:8]}.tmp" if self.local else path
+        with self.fs.open_output_stream(target) as out:
+            out.write(data)
+        if self.local:
+            self.fs.move(target, path)
+
+    def _read(self, path: str) -> bytes | None:
+        try:
+            with self.fs.open_input_stream(path) as stream:
+                return stream.read()
+        except (FileNotFoundError, OSError):
+            return None
+
+    def _listing(self, path: str) -> list[pafs.FileInfo]:
+        return self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+
+    def start(self, key: str, config: dict) -> None:
+        self._write(f"{self._dir(key)}/{POINT_FILE}",
+                    json.dumps({"key": key, "config": config}, sort_keys=True,
+                               default=_json_value).encode())
+
+    def write(self, key: str, rows: list[dict], files: dict[str, bytes] | None) -> None:
+        """The rows so far (as a Record holds them); with `files`, the last row's
+        checkpoint, written before them and named in that row (in `rows` too)."""
+        if files is not None:
+            keep = f"{len(rows):06d}"
+            for name, data in files.items():
+                self._write(f"{self._dir(key)}/{CHECKPOINT_DIR}/{keep}/{name}", data)
+            rows[-1][_CHECKPOINT] = {"dir": keep, "files": sorted(files)}
+        else:  # the rows name the checkpoint an earlier row named
+            keep = next((row[_CHECKPOINT]["dir"] for row in reversed(rows)
+                         if _CHECKPOINT in row), None)
+        lines = "".join(json.dumps(row, default=_json_value) + "\n" for row in rows)
+        self._write(f"{self._dir(key)}/{ROWS_FILE}", lines.encode())
+        for info in self._listing(f"{self._dir(key)}/{CHECKPOINT_DIR}"):
+            if info.type == pafs.FileType.Directory and info.base_name != keep:
+                self.fs.delete_dir(info.path)
+
+    def read(self, key: str) -> Record | None:
+        """The trial's record (None: it never started): its rows up to the newest checkpoint
+        a row names whose files are all there (every row when none is named after the last
+        whole one: a trial's last report, diverged, carries none)."""
+        point = self._read(f"{self._dir(key)}/{POINT_FILE}")
+        if point is None:
+            return None
+        config = json.loads(point)["config"]
+        rows = _rows(self._read(f"{self._dir(key)}/{ROWS_FILE}") or b"")
+        present = {info.path.rpartition(f"/{CHECKPOINT_DIR}/")[2]
+                   for info in self.fs.get_file_info(pafs.FileSelector(
+                       f"{self._dir(key)}/{CHECKPOINT_DIR}", recursive=True,
+                       allow_not_found=True)) if info.type == pafs.FileType.File}
+        for i in range(len(rows) - 1, -1, -1):
+            named = rows[i].get(_CHECKPOINT)
+            if named is None:
+                continue
+            if all(f"{named['dir']}/{name}" in present for name in named["files"]):
+                # rows after a whole checkpoint count only if none of them named one
+                later = rows[i + 1:]
+                cut = any(_CHECKPOINT in row for row in later)
+                kept = rows[:i + 1] if cut else rows
+                return Record(key, config, kept, named["dir"])
+        if any(_CHECKPOINT in row for row in rows):
+            return Record(key, config, [], None)  # no named checkpoint is whole: start again
+        return Record(key, config, rows, None)
+
+    def checkpoint(self, record: Record) -> dict[str, bytes] | None:
+        if record.checkpoint is None:
+            return None
+        files = {}
+        for info in self._listing(f"{self._dir(record.key)}/{CHECKPOINT_DIR}/"
+                                  f"{record.checkpoint}"):
+            if info.type == pafs.FileType.File and not info.base_name.endswith(".tmp"):
+                files[info.base_name] = self._read(info.path)
+        return files
+
+    def keys(self) -> list[str]:
+        return sorted(info.base_name for info in self._listing(self.root)
+                      if info.type == pafs.FileType.Directory)
+
+    def read_all(self) -> dict[str, Record]:
+        records = {key: self.read(key) for key in self.keys()}
+        return {key: record for key, record in records.items() if record is not None}
+
+    def clear(self) -> None:
+        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(self.root)
+
+
+def _json_value(value: object) -> object:
+    """A numpy or torch scalar as the Python number it holds (never its string)."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
+def _rows(data: bytes) -> list[dict]:
+    """The rows of epochs.jsonl up to the first that does not parse (a file cut by hand or
+    by a disk: the epochs after it are run again)."""
+    rows = []
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            break
+    return rows
