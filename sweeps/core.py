@@ -25,7 +25,7 @@ import pandas as pd
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.common import POINT_KEY, SweepError, fail
-from sweeps.done import DONE_FILE, done_trials, read_done, split_done
+from sweeps.done import import_done, point_records, read_done, split_done
 from sweeps.outputs import (
     check_out_dir,
     check_storage_reachable,
@@ -36,6 +36,7 @@ from sweeps.outputs import (
 from sweeps.ray_init import check_resources, init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
+from trainables.record import Records, trial_key
 from unbiased.benchmarks.spec import BenchmarkSpec
 from unbiased.settings import WARM_FROM, TrialSettings
 
@@ -285,52 +286,62 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
 
 def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None,
                after: Callable[[SweepArgs, pd.DataFrame], list] | None = None) -> int:
-    """Run the trials of `points` (the grid of args' values unless given) and write the
-    results; `after(args, df)` writes more outputs (their paths) before the tracker logs
-    them. Returns the driver's exit status."""
+    """Run the trials of `points` (the grid of args' values unless given) that no record
+    holds finished and write the results of them all; `after(args, df)` writes more outputs
+    (their paths) before the tracker logs them. Returns the driver's exit status."""
     try:
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
-        points, finished, done_line = take_done(spec, args, points)
+        fixed = spec.fixed_values(args.values)
+        records = Records.at(storage_dir(args), spec.experiment)
+        todo, done_line = take_done(spec, args, records, points)
         if args.values.get("warm_start"):
-            points = warm_sources(spec, args, points)
-        trials = bundle_points(points, args.bundle, spec.fixed_values(args.values))
-        if args.bundle > 1 and len(points) > 1 and len(trials) == len(points):
+            todo = warm_sources(spec, args, todo, points)
+        trials = bundle_points(todo, args.bundle, fixed)
+        if args.bundle > 1 and len(todo) > 1 and len(trials) == len(todo):
             done_line = [*done_line, f"--bundle {args.bundle}: no two trials can share one "
                                      f"(bundles take mi_backprop points with inner z 'batch' "
                                      f"that share K and their other settings): a trial each"]
         if args.dry_run:
             dry_run(spec, args, trials, done_line)
             return 0
-        if points:
+        if todo:
             check_local_gpu(args)
             check_storage_reachable(args)
         check_out_dir(args, spec.experiment)
         loaded, data = spec.load(args)
         facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
         args.extra.update(facts)
-        keep_done(args, finished)
+        if not args.resume:
+            records.clear()  # a new sweep: an earlier one's trials are not its own
+        if args.done is not None:
+            import_done(records, args.done, spec.param_keys(), points, fixed)
         trackers.start(args, spec.experiment)
-        print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
+        print(f"{spec.experiment}: preset {args.preset}, {len(todo)} trials ({data}), "
               f"{args['epochs']} epochs each -> {args.out}"
               + (f"; {len(trials)} Tune trials (--bundle {args.bundle})"
-                 if len(trials) < len(points) else ""), flush=True)
+                 if len(trials) < len(todo) else ""), flush=True)
         for line in [*lines, *done_line]:
             print(line, flush=True)
-        grid = []
-        if points:
+        errors: dict[str, object] = {}
+        if trials:
             init_ray(args.address)
             from ray import tune
 
             resources = {"cpu": float(args["cpus_per_trial"]),
                          "gpu": float(args["gpus_per_trial"])}
             check_resources(args.address, resources["cpu"], resources["gpu"])
-            grid = run_tuner(args, spec.experiment,
-                             tune.with_parameters(spec.trainable(), **loaded),
-                             spec.param_space(args.values, trials), resources,
-                             param_keys=spec.param_keys(), n_trials=len(trials))
-        df = results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns(),
-                           done=done_trials(finished, spec.fixed_values(args.values)))
+            trainable = tune.with_parameters(spec.trainable(), **loaded)
+            n_done = len(points) - len(todo)
+            for part in warm_parts(trials):  # the warm starts' baselines first
+                grid = run_tuner(args, spec.experiment, trainable,
+                                 spec.param_space(args.values, part), resources,
+                                 param_keys=spec.param_keys(), n_trials=len(part),
+                                 n_done=n_done)
+                errors.update(trial_errors(grid))
+                n_done += len(part)
+        df = results_frame(trial_rows(records, fixed, points, errors), spec.experiment,
+                           spec.benchmark, spec.result_columns())
         if spec.extra_rows is not None:
             df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
         written = write_outputs(args, spec.experiment, df)
@@ -350,18 +361,62 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     return 0 if all_ok(df) else 1
 
 
+def trial_errors(grid) -> dict[str, object]:
+    """The error of each trial Tune ran that failed, by the key of each of its points."""
+    from trainables.bundle import MEMBERS_KEY
+
+    errors = {}
+    for result in grid:
+        point = (result.config or {}).get(POINT_KEY) or {}
+        if result.error is not None:
+            for member in point.get(MEMBERS_KEY, [point]):
+                errors[trial_key([member])] = result.error
+    return errors
+
+
+def trial_rows(records: Records, fixed: dict, points: list[dict], errors: dict[str, object]
+               ) -> list[tuple[pd.DataFrame, dict, str, object]]:
+    """Every point's (rows, flat config, key, error) from the records, for results_frame: a
+    point that never reported has one row of epoch 0."""
+    held = point_records(records, fixed, points)
+    out = []
+    for point in points:
+        key = trial_key([point])
+        error = errors.get(key)
+        if key in held:
+            rows, config, _, _ = held[key]
+        else:
+            rows, config = pd.DataFrame(), {**fixed, **point}
+            error = error or "the trial never reported (no record)"
+        if rows.empty:
+            rows = pd.DataFrame({"epoch": [0]})
+        out.append((rows, config, key, error))
+    return out
+
+
+def warm_parts(trials: list[dict]) -> list[list[dict]]:
+    """The trials in the launches they run in: with warm starts, the baselines some trial
+    starts from first (a warm start reads its baseline's finished record), then the rest."""
+    sources = {p[WARM_FROM] for p in trials if WARM_FROM in p}
+    first = [t for t in trials if trial_key([t]) in sources]
+    rest = [t for t in trials if all(t is not f for f in first)]
+    return [part for part in (first, rest) if part]
+
+
 def baseline_key(spec: GridSpec, point: dict) -> tuple:
     """What a lam > 0 point shares with the lam = 0 trial it warm-starts from: its data
     point and seed."""
     return (*(point.get(axis) for axis in spec.data_axes), point["seed"])
 
 
-def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict]) -> list[dict]:
-    """--warm-start: each lam > 0 point with the grid index of its lam = 0 trial
-    (`WARM_FROM`), which then must be among the points to run."""
+def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict],
+                 grid: list[dict] | None = None) -> list[dict]:
+    """--warm-start: each lam > 0 point of `points` with the key of its lam = 0 trial
+    (`WARM_FROM`), which then must be in the `grid` (`points` unless given)."""
     if args.bundle > 1:
         raise SweepError("--warm-start runs each trial on its own: drop --bundle")
-    baselines = {baseline_key(spec, p): i for i, p in enumerate(points) if p["lam"] == 0}
+    baselines = {baseline_key(spec, p): trial_key([p]) for p in (grid or points)
+                 if p["lam"] == 0}
     out = []
     for point in points:
         if point["lam"] > 0:
@@ -402,45 +457,44 @@ def check_local_gpu(args: SweepArgs) -> None:
                      f"--address, or pass --device cpu --gpus-per-trial 0")
 
 
-def take_done(spec: GridSpec, args: SweepArgs, points: list[dict]
-              ) -> tuple[list[dict], list[tuple[dict, pd.DataFrame]], list[str]]:
-    """The points to run, the points an earlier run finished (`--done CSV`, or on --resume
-    the rows an earlier --done left in OUT) with their rows, and a line saying so."""
-    source = args.done
-    if source is None and args.resume and (args.out / DONE_FILE).is_file():
-        source = args.out / DONE_FILE
-    if source is None:
-        return points, [], []
-    rows = read_done(source, spec.param_keys())
-    todo, finished = split_done(source, rows, points, spec.fixed_values(args.values))
-    lines = [f"{len(finished)} of {len(points)} trials finished in {source}: not run again, "
-             f"their rows join the results"]
+def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[dict]
+              ) -> tuple[list[dict], list[str]]:
+    """The points to run: those no record holds finished (on --resume) and no `--done CSV`
+    holds whole; lines saying so. With --warm-start the points returned keep every lam = 0
+    trial a point to run starts from: its checkpoint is read from its record, and rows taken
+    from a CSV carry none. Reads only: the CSV's rows become records at the launch."""
+    fixed = spec.fixed_values(args.values)
+    held = point_records(records, fixed, points) if args.resume else {}
+    done = {key for key, (_, _, _, ended) in held.items() if ended}
+    lines = []
+    if args.resume:
+        lines.append(f"resume: {len(done)} of {len(points)} trials already finished; the "
+                     f"others continue from their last checkpoints")
+    if args.done is not None:
+        _, whole = split_done(args.done, read_done(args.done, spec.param_keys()), points,
+                              fixed)
+        from_csv = {trial_key([p]) for p, _ in whole} - done
+        done |= from_csv
+        lines.append(f"{len(whole)} of {len(points)} trials finished in {args.done}: not run "
+                     f"again, their rows join the results")
+    todo = [p for p in points if trial_key([p]) not in done]
     if args.values.get("warm_start"):
-        # A lam = 0 trial whose checkpoint a trial still to run starts from is run again:
-        # the rows of an earlier run carry no checkpoint.
         needed = {baseline_key(spec, p) for p in todo if p["lam"] > 0}
-        again = [(p, own) for p, own in finished if p["lam"] == 0
-                 and baseline_key(spec, p) in needed]
+        again = [p for p in points if p["lam"] == 0 and baseline_key(spec, p) in needed
+                 and trial_key([p]) in done and not _has_checkpoint(records, held, p)]
         if again:
-            finished = [pair for pair in finished if all(pair is not a for a in again)]
-            rerun = [id(p) for p, _ in again]
-            todo = [p for p in points if id(p) in rerun or any(p is t for t in todo)]
+            todo = [p for p in points if any(p is q for q in [*todo, *again])]
             lines.append(f"--warm-start: {len(again)} of them run again, for the checkpoint "
                          f"the trials still to run start from")
-    return todo, finished, lines
+    return todo, lines
 
 
-def keep_done(args: SweepArgs, finished: list[tuple[dict, pd.DataFrame]]) -> None:
-    """Keep the rows `--done` took in OUT (a --resume of this run and export_epochs read
-    them there); a new run without --done drops an earlier run's."""
-    from analysis.io import atomic_write_text
-
-    path = args.out / DONE_FILE
-    if args.done is not None and finished:
-        rows = pd.concat([own for _, own in finished], ignore_index=True)
-        atomic_write_text(path, rows.to_csv(index=False))
-    elif not args.resume:
-        path.unlink(missing_ok=True)
+def _has_checkpoint(records: Records, held: dict, point: dict) -> bool:
+    key = trial_key([point])
+    if key not in held:
+        return False
+    record = records.read(held[key][2])
+    return record is not None and record.checkpoint is not None
 
 
 def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],

@@ -1,18 +1,24 @@
-"""Continue a grid from the per-epoch rows an earlier run of it left (`--done FILE`).
+"""Which grid points of a sweep are done, and every trial's rows: the trials' records.
 
-`--resume` continues from Tune's own state in OUT; that state lives on the machine that ran
-the sweep (128 MB for Table 1) and is gone when the machine is. What survives is the CSV of
-every finished epoch `sweeps/export_epochs.py` writes and the team commits under
-bench/results/. With `--done FILE` a new run of the same grid leaves out every trial whose
-epochs 1..E are all in FILE, runs the rest, and writes results.parquet, tables and figures
-from both, as one run of the whole grid would. A trial FILE holds only part of is run again
-from its first epoch (its checkpoint went with the machine).
+Every trial writes its record under the sweep's storage (trainables/record.py: its rows and
+its last checkpoint). Every launch reads them: a grid point whose trial reported its last
+epoch (or stopped itself, or was stopped early by the scheduler) is done and not run again;
+a trial that started and did not finish continues from its own last checkpoint; the rest
+start. `--resume` is a launch that keeps the records of the earlier ones in OUT; a launch
+without it starts a new sweep and clears them.
 
-A row of FILE belongs to a grid point when method, the data axes, lam, K and seed match; a
-FILE that records each trial's config (the `config` column export_epochs writes) must also
-agree with the sweep on every shared setting that changes the numbers, or the run is refused
-before Ray starts. A `--tracker` logs the trials this run trains, not the
-ones it took over (they were logged, if at all, where they ran).
+Records live where the sweep's storage is, and a machine's disk goes with the machine. What
+survives is the CSV of every finished epoch `python -m sweeps export` writes, which the team
+commits under bench/results/. With `--done FILE`, before the launch every grid point whose
+epochs 1..E are all in FILE becomes a record of its own (without a checkpoint): it is not
+run again and its rows join the results as those of a trial run here. A trial FILE holds
+only part of is run again from its first epoch.
+
+A row of FILE belongs to a grid point when method, the data axes, lam, K and seed match. A
+FILE that records each trial's config (the `config` column export writes), and every record,
+must also agree with the sweep on every shared setting that changes the numbers, or the run
+is refused before Ray starts. A `--tracker` logs the trials a launch trains, not the ones it
+took over (they were logged, if at all, where they ran).
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ import pandas as pd
 
 from analysis.results import CRITIC_WARNING, OK_WARNING
 from sweeps.common import SweepError
+from trainables.record import Record, Records, trial_finished, trial_key
 
-DONE_FILE = "done_epochs.csv"  # OUT/<this>: the rows taken from FILE, for --resume and export
 # Shared settings that do not change a trial's numbers: where the data is, how many threads.
 _NOT_COMPARED = frozenset({"root", "device", "num_threads", "cpus_per_trial",
                            "gpus_per_trial"})
@@ -79,7 +85,7 @@ def _recorded_config(own: pd.DataFrame) -> dict | None:
         return None
 
 
-def _check_config(path: Path, point: dict, config: dict | None, fixed: dict) -> None:
+def _check_config(where: str, point: dict, config: dict | None, fixed: dict) -> None:
     if config is None:
         return
     for key, value in sorted(fixed.items()):
@@ -87,7 +93,7 @@ def _check_config(path: Path, point: dict, config: dict | None, fixed: dict) -> 
             continue
         if _plain(config[key]) != _plain(value):
             tag = " ".join(f"{k}={v}" for k, v in point.items())
-            raise SweepError(f"--done {path}: trial {tag} ran with {key}={config[key]}, this "
+            raise SweepError(f"{where}: trial {tag} ran with {key}={config[key]}, this "
                              f"sweep has {key}={value}: not the same grid")
 
 
@@ -104,7 +110,7 @@ def split_done(path: Path, rows: pd.DataFrame, points: list[dict], fixed: dict
             todo.append(point)
             continue
         own = own[own["epoch"].astype(int) <= epochs]
-        _check_config(path, point, _recorded_config(own), fixed)
+        _check_config(f"--done {path}", point, _recorded_config(own), fixed)
         done.append((point, own))
     return todo, done
 
@@ -122,22 +128,82 @@ def _selection_note(own: pd.DataFrame) -> str:
                      if w and not w.startswith(CRITIC_WARNING))
 
 
-def done_trials(done: list[tuple[dict, pd.DataFrame]], fixed: dict
-                ) -> list[tuple[pd.DataFrame, dict, str]]:
-    """Each finished trial as (its epoch rows, its flat config, its trial id), the form
-    sweeps/results_frame.py turns into rows of results.parquet."""
-    out = []
+def import_done(records: Records, path: Path, keys: tuple[str, ...], points: list[dict],
+                fixed: dict) -> int:
+    """Every point FILE holds whole that has no finished record, made a record of its own
+    (its rows, no checkpoint); returns how many of `points` FILE holds whole."""
+    _, done = split_done(path, read_done(path, keys), points, fixed)
     for point, own in done:
+        key = trial_key([point])
+        record = records.read(key)
+        if record is not None and finished(record):
+            continue
         config = _recorded_config(own)
         if config is None:  # a FILE written before configs were exported: the sweep's own
             config = {**fixed, **point}
-        trial_id = own["trial_id"].iloc[-1] if "trial_id" in own.columns else math.nan
-        if not isinstance(trial_id, str):  # unique per grid point, whichever run reads it
-            trial_id = "done_" + "_".join(f"{k}{v}" for k, v in sorted(point.items()))
         drop = {"config", "trial_id", "status", "K", *point}
         metrics = own.drop(columns=[c for c in own.columns if c in drop])
         note = _selection_note(own)
         if note and "selection_note" not in metrics.columns:
             metrics = metrics.assign(selection_note=note)
-        out.append((metrics.reset_index(drop=True), {**config, **point}, trial_id))
+        rows = [{k: v for k, v in row.items() if not _missing(v)}
+                for row in metrics.to_dict("records")]
+        records.start(key, {**config, **point})
+        records.write(key, rows, None)
+    return len(done)
+
+
+def _missing(value: object) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def finished(record: Record) -> bool:
+    epochs = int(record.config.get("epochs", 0))
+    return record.ended is not None or trial_finished(record.metrics(), epochs)
+
+
+def point_records(records: Records, fixed: dict, points: list[dict] | None = None
+                  ) -> dict[str, tuple[pd.DataFrame, dict, str, bool]]:
+    """Every grid point's rows in the records, by its key: (rows, flat config, the key of
+    the trial it ran in, whether that trial finished); a bundle's members each under their
+    own key. Only `points` (every point a record holds when None). A record made with other
+    settings than this sweep's is refused (SweepError)."""
+    wanted = None if points is None else {trial_key([p]): p for p in points}
+    out: dict[str, tuple[pd.DataFrame, dict, str, bool]] = {}
+    for record in records.read_all().values():
+        rows = pd.json_normalize(record.metrics(), sep="/") if record.rows else pd.DataFrame()
+        done = finished(record)
+        for key, config, own in trial_points(rows, record.config, record.key):
+            if wanted is not None and key not in wanted:
+                continue  # a point this sweep does not run
+            _check_config(f"the record of trial {record.key}",
+                          {"trial": key} if wanted is None else wanted[key], config, fixed)
+            earlier = out.get(key)
+            if earlier is None or (done and not earlier[3]):
+                out[key] = (own, config, record.key, done)
+    return out
+
+
+def trial_points(rows: pd.DataFrame, config: dict, key: str
+                 ) -> list[tuple[str, dict, pd.DataFrame]]:
+    """A trial's rows as (key, flat config, rows) per grid point: itself, or each member of
+    a bundle (trainables/bundle.py: its columns under "m<i>/", the epochs it reported; a
+    member that diverged stops reporting)."""
+    from trainables.bundle import MEMBERS_KEY, member_key
+
+    members = config.get(MEMBERS_KEY)
+    if members is None:
+        return [(key, config, rows)]
+    shared = {k: v for k, v in config.items() if k != MEMBERS_KEY}
+    out = []
+    for i, point in enumerate(members):
+        prefix = f"{member_key(i)}/"
+        own = rows[[c for c in rows.columns if c.startswith(prefix)]]
+        own = own.rename(columns={c: c[len(prefix):] for c in own.columns})
+        if "epoch" in own.columns:
+            own = own[own["epoch"].notna()].astype({"epoch": "int64"})
+        if "device_error" in rows.columns and rows["device_error"].notna().any():
+            # the trial could not have its device: every member stopped with it
+            own = own.assign(device_error=rows["device_error"].dropna().iloc[-1])
+        out.append((trial_key([point]), {**shared, **point}, own.reset_index(drop=True)))
     return out

@@ -1,10 +1,10 @@
 """Every finished epoch of a sweep as one CSV: what `--done` reads (sweeps/done.py) to continue
 the grid on another machine, and what bench/results/ keeps of each sweep.
 
-Reads OUT/results.parquet when the sweep has finished, else the per-epoch results Tune keeps
-for every trial under OUT/tune (a sweep stopped mid-way, to be continued with --resume) and
-the rows a `--done` run took over (OUT/done_epochs.csv): no finished epoch is left out either
-way.
+Reads OUT/results.parquet when the sweep has finished, else the trials' records under OUT/tune
+(trainables/record.py: a sweep stopped mid-way, to be continued with --resume, with the rows
+a `--done` run took over), else the per-epoch results Tune kept under OUT/tune for a sweep
+run before records: no finished epoch is left out either way.
 
 An existing DEST is merged, not overwritten: a trial of DEST this run does not hold (a run of
 part of the grid, `--method`, `--seeds`), or holds fewer epochs of, keeps its rows from DEST,
@@ -60,9 +60,32 @@ def trial_keys(df: pd.DataFrame) -> list[str]:
     return [k for k in order if has(k) or (k in POINT_KEYS and k in df.columns)]
 
 
+def from_records(out: Path) -> pd.DataFrame:
+    """Every grid point's rows in the records under OUT/tune, with its config."""
+    from pyarrow import fs
+
+    from sweeps.done import trial_points
+    from trainables.record import Records
+
+    frames = []
+    for root in sorted(out.glob("tune/*/trials")):
+        for record in Records(fs.LocalFileSystem(), str(root)).read_all().values():
+            rows = pd.json_normalize(record.metrics(), sep="/")
+            for key, config, own in trial_points(rows, record.config, record.key):
+                named = {k: config[k] for k in (*TRIAL_KEYS, *data_axes(), *AXIS_KEYS,
+                                                "palette", "stroke", "lr", "batch_size")
+                         if k in config}
+                frames.append(own.assign(**named, trial_id=key, config=json.dumps(
+                    config, sort_keys=True, default=str)))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if "K" in df.columns:
+        df["K"] = df["K"].fillna(0).astype(int)
+    return df
+
+
 def from_tune(out: Path) -> pd.DataFrame:
+    """Tune's per-trial results of a sweep run before records (its result.json files)."""
     from sweeps.common import flat_config
-    from sweeps.done import DONE_FILE
 
     rows = []
     for path in sorted(out.glob("tune/*/*/result.json")):
@@ -77,8 +100,6 @@ def from_tune(out: Path) -> pd.DataFrame:
                              **result,
                              "config": json.dumps(config, sort_keys=True, default=str)})
     df = pd.DataFrame(rows)
-    if (out / DONE_FILE).is_file():  # the trials this run took over from an earlier one
-        df = pd.concat([pd.read_csv(out / DONE_FILE), df], ignore_index=True)
     if "K" in df.columns:
         df["K"] = df["K"].fillna(0).astype(int)
     return df
@@ -138,12 +159,15 @@ def export_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_source(out: Path) -> pd.DataFrame:
-    """A sweep's rows: OUT/results.parquet, else Tune's per-trial results under OUT; or a
-    CSV of rows in this format (a piece's OUT/epochs.csv)."""
+    """A sweep's rows: OUT/results.parquet, else its records, else Tune's per-trial results
+    under OUT; or a CSV of rows in this format (a piece's OUT/epochs.csv)."""
     if out.suffix == ".csv" and out.is_file():
         return pd.read_csv(out)
     parquet = out / "results.parquet"
-    return pd.read_parquet(parquet) if parquet.is_file() else from_tune(out)
+    if parquet.is_file():
+        return pd.read_parquet(parquet)
+    records = from_records(out)
+    return records if not records.empty else from_tune(out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,6 @@ import pandas as pd
 
 from sweeps.cli import SweepArgs
 from sweeps.common import BUCKET_SCHEMES, SweepError
-from sweeps.tune_state import repair_cut_off_state
 
 EXPERIMENT_FILE = "experiment.json"
 
@@ -33,9 +32,6 @@ def check_out_dir(args: SweepArgs, experiment: str) -> None:
         previous = json.loads(marker.read_text()).get("experiment")
         if previous != experiment:
             raise SweepError(f"--out {out} holds experiment {previous!r}, not {experiment!r}")
-    if args.resume:
-        for message in repair_cut_off_state(storage_dir(args)):
-            print(f"resume: {message}", flush=True)
     probe = out if out.exists() else next((p for p in out.parents if p.exists()), Path("."))
     if not probe.is_dir():
         raise SweepError(f"--out {out} is not writable: {probe} is not a directory")

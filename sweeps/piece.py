@@ -144,16 +144,6 @@ class PieceSession(RecordingSession):
             print(f"  {self.id}: epoch {epoch}/{self.epochs}, {took:.0f} s", flush=True)
 
 
-@dataclass
-class _Result:
-    """What results_frame reads of a Tune result."""
-
-    metrics_dataframe: pd.DataFrame
-    config: dict
-    error: BaseException | None = None
-    path: str = ""
-
-
 def versions() -> dict[str, str]:
     """torch's and CUDA's versions and the GPU's name, for every row."""
     import torch
@@ -208,16 +198,20 @@ def trial_precision(config: dict) -> str:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def rows_of(spec: GridSpec, trial_config: dict, reports: list[dict], trial_id: str,
+def rows_of(spec: GridSpec, config: dict, reports: list[dict], trial_id: str,
             stamp: dict[str, str]) -> pd.DataFrame:
     """A finished trial's (or bundle's) reports as rows in export's format, one grid point
     each (a bundle's members split as results_frame does)."""
+    from sweeps.done import trial_points
     from sweeps.export_epochs import export_frame
     from sweeps.results_frame import results_frame
+    from trainables.common import trial_config as flat
+    from trainables.record import trial_key_of
 
-    frame = pd.DataFrame(reports).assign(trial_id=trial_id)
-    df = results_frame([_Result(frame, trial_config)], spec.experiment, spec.benchmark,
-                       spec.result_columns())
+    points = trial_points(pd.DataFrame(reports), flat(config),
+                          trial_key_of(config) or trial_id)
+    df = results_frame([(rows, own, key, None) for key, own, rows in points],
+                       spec.experiment, spec.benchmark, spec.result_columns())
     return export_frame(df.assign(**stamp))
 
 

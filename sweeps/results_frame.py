@@ -45,25 +45,11 @@ def finished(result) -> bool:
             or bool(metrics.get("device_error")))
 
 
-def results_frame(result_grid, experiment: str, benchmark: str,
-                  config_columns: dict[str, str],
-                  done: Sequence[tuple[pd.DataFrame, dict, str]] = ()) -> pd.DataFrame:
-    """One row per trial and epoch. `config_columns` maps result column -> config key.
-    `done`: trials an earlier run finished (`--done`, sweeps/done.py) as (epoch rows, flat
-    config, trial id), made rows here exactly as the trials Tune ran."""
-    trials = []
-    for result in result_grid:
-        df = result.metrics_dataframe
-        config = flat_config(result.config or {})
-        if df is None or df.empty:
-            df = pd.DataFrame({"epoch": [0]})
-            trial_id = getattr(result, "path", "unknown").rstrip("/").split("/")[-1]
-        else:
-            trial_id = str(df["trial_id"].iloc[-1])
-            # A restarted trial may have re-reported an epoch: keep the last report of each.
-            df = df.drop_duplicates(subset="epoch", keep="last")
-        trials += bundle_members(df, config, trial_id, result.error)
-    trials += [(df, config, trial_id, None) for df, config, trial_id in done]
+def results_frame(trials: Sequence[tuple[pd.DataFrame, dict, str, object]], experiment: str,
+                  benchmark: str, config_columns: dict[str, str]) -> pd.DataFrame:
+    """One row per grid point and epoch, from each point's (epoch rows, flat config, trial
+    id, error) (sweeps/done.py reads them from the trials' records). `config_columns` maps
+    result column -> config key."""
     frames = []
     for df, config, trial_id, error in trials:
         df = df.copy()
@@ -109,33 +95,6 @@ def results_frame(result_grid, experiment: str, benchmark: str,
         if column in df.columns:
             df[column] = df[column].astype("string")
     return df.sort_values(["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
-
-
-def bundle_members(df: pd.DataFrame, config: dict, trial_id: str, error
-                   ) -> list[tuple[pd.DataFrame, dict, str, object]]:
-    """A trial as (rows, flat config, id, error) per grid point: itself, or each member of a
-    bundle (trainables/bundle.py: its columns under "m<i>/", its id the trial's + "_m<i>",
-    the epochs it reported; a member that diverged stops reporting)."""
-    from trainables.bundle import MEMBERS_KEY, member_key
-
-    if MEMBERS_KEY not in config:
-        return [(df, config, trial_id, error)]
-    shared = {k: v for k, v in config.items() if k != MEMBERS_KEY}
-    out = []
-    for i, point in enumerate(config[MEMBERS_KEY]):
-        prefix = f"{member_key(i)}/"
-        own = df[[c for c in df.columns if c.startswith(prefix)]]
-        own = own.rename(columns={c: c[len(prefix):] for c in own.columns})
-        if "epoch" in own.columns:
-            own = own[own["epoch"].notna()].astype({"epoch": "int64"})
-        if own.empty:  # the bundle never reported an epoch (an error before its first)
-            own = pd.DataFrame({"epoch": [0]})
-        if "device_error" in df.columns and df["device_error"].notna().any():
-            # the trial could not have its device: every member stopped with it
-            own["device_error"] = df["device_error"].dropna().iloc[-1]
-        out.append((own.reset_index(drop=True), {**shared, **point},
-                    f"{trial_id}_{member_key(i)}", error))
-    return out
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:

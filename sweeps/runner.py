@@ -1,57 +1,42 @@
-"""Run a grid of trials with Ray Tune: the Tuner, or on `--resume` Tune's saved one restored.
+"""Run the trials a launch has to run with Ray Tune: a new Tuner every launch.
 
-The sweep's flow (sweeps/core.py): check OUT (sweeps/outputs.py), start or join Ray
-(sweeps/ray_init.py), `run_tuner` here, then the trials' reports as rows
-(sweeps/results_frame.py) written out with the analysis (outputs.write_outputs). A stop by
-signal is sweeps/signals.py; Tune's saved state made fit to resume is sweeps/tune_state.py;
-the Ray internals all of them rely on are sweeps/ray_private.py.
+The sweep's flow (sweeps/core.py): check OUT (sweeps/outputs.py), the trials' records read
+(sweeps/done.py), start or join Ray (sweeps/ray_init.py), `run_tuner` here on the trials not
+finished, then every trial's rows from the records (sweeps/results_frame.py) written out with
+the analysis (outputs.write_outputs). Tune schedules, restarts a failed trial (which
+continues from its record's checkpoint) and runs searchers; it keeps no state a launch
+reads. A stop by signal is sweeps/signals.py.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 
 from sweeps import ray_private
 from sweeps.cli import SweepArgs
-from sweeps.common import SweepError, flat_config
+from sweeps.common import flat_config
 from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
-from sweeps.results_frame import finished
-from sweeps.signals import QuietUnstarted, StopSignals
-from sweeps.tune_state import (
-    name_checkpoints_on_disk,
-    order_restored_grid,
-    order_saved_trials,
-    saved_state,
-)
+from sweeps.results_frame import STOPPED_EARLY, finished
+from sweeps.signals import StopSignals
+from trainables.record import Records, trial_key_of
 
 
 def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space: dict,
               resources: dict[str, float], param_keys: tuple[str, ...] = ("lam", "seed"),
-              n_trials: int = 0, search_alg=None, num_samples: int = 1):
-    """Run (or with --resume restore) the sweep. `search_alg`/`num_samples` for searches
-    (lambda_search.py); grids leave them at None/1."""
+              n_trials: int = 0, search_alg=None, num_samples: int = 1, n_done: int = 0):
+    """Run the trials of `param_space`; `n_done` trials of the sweep finished in earlier
+    launches. `search_alg`/`num_samples` for searches (lambda_search.py); grids leave them
+    at None/1. A trial the scheduler stopped early is marked so in its record: a later
+    launch leaves it stopped."""
     from ray import tune
 
     ray_private.skip_callback_usage_tags()
-    # Tune warns on every forced snapshot when num_to_keep is set; the checkpoints are small.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-
     storage = storage_dir(args)
-    trainable = tune.with_resources(trainable, resources)
-    exp_path = storage.rstrip("/") + "/" + experiment
-    restore = args.resume and saved_state(exp_path)
-    if args.resume and not restore:
-        print(f"resume: nothing saved in {exp_path} yet; starting these trials from the "
-              f"beginning", flush=True)
-    if restore:
-        tuner = restored_tuner(args, exp_path, trainable)
-    else:
-        tuner = new_tuner(args, experiment, storage, trainable, param_space, param_keys,
-                          n_trials, search_alg, num_samples)
+    tuner = new_tuner(args, experiment, storage, tune.with_resources(trainable, resources),
+                      param_space, param_keys, n_trials, search_alg, num_samples, n_done)
     grid = None
     with StopSignals(args) as stop:
         try:
@@ -67,13 +52,18 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
         stop.watch.disarm()
         print("the stop signal came after every trial had finished: writing the results",
               flush=True)
+    records = Records.at(storage, experiment)
+    for result in results:
+        key = trial_key_of(result.config or {})
+        if key is not None and result.error is None and not finished(result):
+            records.end(key, STOPPED_EARLY)
     return grid
 
 
 def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_space: dict,
-              param_keys: tuple[str, ...], n_trials: int, search_alg, num_samples: int):
-    """The sweep's Tuner: one checkpoint kept per trial, --max-failures restarts of a failed
-    trial from it."""
+              param_keys: tuple[str, ...], n_trials: int, search_alg, num_samples: int,
+              n_done: int = 0):
+    """The launch's Tuner: --max-failures restarts of a failed trial (from its record)."""
     from ray import tune
 
     from sweeps import trackers
@@ -85,49 +75,19 @@ def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_s
                                     search_alg=search_alg, num_samples=num_samples),
         run_config=tune.RunConfig(
             name=experiment, storage_path=storage,
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             failure_config=tune.FailureConfig(max_failures=args.max_failures),
             verbose=0,
-            callbacks=[progress_callback(param_keys, n_trials),
+            callbacks=[progress_callback(param_keys, n_trials + n_done, n_done),
                        *trackers.callbacks(args, param_keys)],
         ),
     )
 
 
-def restored_tuner(args: SweepArgs, exp_path: str, trainable):
-    """Tune's saved Tuner of the sweep (errored trials retried; under FIFO, its trials in the
-    grid's order); says how many trials had finished."""
-    from ray import tune
-
-    print(f"resuming {exp_path}", flush=True)
-    for named in name_checkpoints_on_disk(exp_path):
-        print(f"resume: a kill had left Tune's state naming a deleted checkpoint; "
-              f"{named}", flush=True)
-    fifo = args.values.get("scheduler", "fifo") == "fifo"
-    if fifo:
-        order_saved_trials(exp_path)
-    try:
-        with QuietUnstarted():  # Tuner.restore reads the saved results too
-            tuner = tune.Tuner.restore(exp_path, trainable, resume_errored=True)
-            before = tuner.get_results()
-    except RuntimeError:  # Tune could not read the state it saved (and hides why)
-        raise SweepError(f"cannot resume: Tune cannot read its saved state in "
-                         f"{exp_path}; start the sweep again with --overwrite") from None
-    if fifo:
-        order_restored_grid(tuner)
-    done = sum(1 for r in before if finished(r))
-    print(f"resume: {done} of {len(before)} trials already finished; the others continue "
-          f"from their last checkpoints", flush=True)
-    return tuner
-
-
 def make_scheduler(args: SweepArgs):
-    """The trial scheduler of `--scheduler`: FIFO in the grid's order, or ASHA on train_acc
-    per epoch."""
+    """The trial scheduler of `--scheduler`: FIFO (Tune's default: trials start in the order
+    the grid lists them), or ASHA on train_acc per epoch."""
     if args.values.get("scheduler", "fifo") == "fifo":
-        from sweeps.scheduling import GridOrderScheduler
-
-        return GridOrderScheduler()
+        return None
     from ray.tune.schedulers import ASHAScheduler
 
     epochs = int(args["epochs"])
@@ -135,18 +95,14 @@ def make_scheduler(args: SweepArgs):
                          grace_period=max(1, epochs // 4), reduction_factor=3)
 
 
-def progress_callback(param_keys: tuple[str, ...], n_trials: int):
-    """One line per trial per epoch instead of Tune's wide tables."""
+def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 0):
+    """One line per trial per epoch instead of Tune's wide tables; `n_done` of the
+    `n_trials` finished in earlier launches."""
     from ray import tune
 
     class Progress(tune.Callback):
         def __init__(self) -> None:
-            self.done = 0
-            self.start = time.time()
-
-        def setup(self, **info) -> None:
-            # Tuner.restore brings back this object as pickled at the first start: count the
-            # seconds of this run, not since then.
+            self.done = n_done
             self.start = time.time()
 
         def _tag(self, trial) -> str:
@@ -178,15 +134,14 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int):
                       + ", ".join(fields), flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-            # Counted from Tune's trials, not kept: a resumed run goes on from the trials the
-            # earlier runs finished (this object comes back as pickled at the first start).
-            self.done = sum(1 for t in trials if t is trial or t.status == t.TERMINATED)
+            self.done = n_done + sum(1 for t in trials if t is trial
+                                     or t.status == t.TERMINATED)
             print(f"[{time.time() - self.start:6.0f}s] finished {self.done}/{n_trials}: "
                   f"{self._tag(trial)}", flush=True)
 
         def on_trial_error(self, iteration, trials, trial, **info) -> None:
             print(f"[{time.time() - self.start:6.0f}s] trial failed: {self._tag(trial)} "
-                  f"(Tune restarts it from its last checkpoint while retries remain)",
+                  f"(Tune restarts it from its record's checkpoint while retries remain)",
                   flush=True)
 
     return Progress()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from trainables.record import Records, trial_finished, trial_key
+from unbiased.settings import WARM_FROM
 
-KEYS = ("method", "sigma", "lam", "K", "seed")
 CONFIG = {"epochs": 3, "method": "mi_backprop", "sigma": 0.03, "lam": 1.0, "K": 40, "seed": 0}
 
 
@@ -28,7 +28,7 @@ def _run(records: Records, key: str, epochs: int) -> list[dict]:
 
 
 def test_the_rows_and_the_last_checkpoint_come_back_and_older_checkpoints_go(tmp_path):
-    records = Records(str(tmp_path), "grid")
+    records = Records.at(str(tmp_path), "grid")
     rows = _run(records, "a", 3)
     record = records.read("a")
     assert record.config == CONFIG
@@ -42,7 +42,7 @@ def test_the_rows_and_the_last_checkpoint_come_back_and_older_checkpoints_go(tmp
 
 
 def test_a_kill_before_the_rows_are_written_continues_from_the_previous_epoch(tmp_path):
-    records = Records(str(tmp_path), "grid")
+    records = Records.at(str(tmp_path), "grid")
     rows = _run(records, "a", 2)
     # epoch 3's checkpoint written, its rows not (the kill came between)
     (tmp_path / "grid/trials/a/checkpoint/000003").mkdir()
@@ -56,7 +56,7 @@ def test_a_kill_before_the_rows_are_written_continues_from_the_previous_epoch(tm
 
 
 def test_a_deleted_checkpoint_falls_back_to_an_older_one_or_to_the_start(tmp_path):
-    records = Records(str(tmp_path), "grid")
+    records = Records.at(str(tmp_path), "grid")
     _run(records, "a", 2)
     older = tmp_path / "grid/trials/a/checkpoint/000001"  # as a kill before the deletes leaves
     older.mkdir()
@@ -72,7 +72,7 @@ def test_a_deleted_checkpoint_falls_back_to_an_older_one_or_to_the_start(tmp_pat
 
 
 def test_a_cut_rows_file_keeps_the_whole_lines(tmp_path):
-    records = Records(str(tmp_path), "grid")
+    records = Records.at(str(tmp_path), "grid")
     _run(records, "a", 3)
     path = tmp_path / "grid/trials/a/epochs.jsonl"
     path.write_bytes(path.read_bytes()[:-20])  # the last line cut
@@ -85,7 +85,7 @@ def test_a_cut_rows_file_keeps_the_whole_lines(tmp_path):
 
 
 def test_a_last_report_without_checkpoint_keeps_its_row(tmp_path):
-    records = Records(str(tmp_path), "grid")
+    records = Records.at(str(tmp_path), "grid")
     rows = _run(records, "a", 2)
     rows.append({"epoch": 3, "diverged": "loss_task is nan"})
     records.write("a", rows, None)
@@ -96,7 +96,7 @@ def test_a_last_report_without_checkpoint_keeps_its_row(tmp_path):
 
 
 def test_numbers_are_written_as_numbers(tmp_path):
-    records = Records(str(tmp_path), "grid")
+    records = Records.at(str(tmp_path), "grid")
     records.start("a", {**CONFIG, "lam": np.float64(1.0)})
     records.write("a", [{"epoch": np.int64(1), "mi": np.float32(0.25)}], None)
     line = json.loads((tmp_path / "grid/trials/a/epochs.jsonl").read_text())
@@ -105,11 +105,11 @@ def test_numbers_are_written_as_numbers(tmp_path):
 
 
 def test_keys_name_the_grid_point_the_same_way_every_time():
-    point = {"method": "mi_backprop", "sigma": 0.03, "lam": 1.0, "K": 40, "seed": 0}
-    assert trial_key([point], KEYS) == "method=mi_backprop,sigma=0.03,lam=1.0,K=40,seed=0"
-    erm = {"method": "erm", "sigma": 0.03, "lam": 0.0, "seed": 1}  # no K
-    assert trial_key([erm], KEYS) == "method=erm,sigma=0.03,lam=0.0,seed=1"
-    assert trial_key([point, {**point, "lam": 2.0}], KEYS).endswith(",seed=0+1")
+    point = {"sigma": 0.03, "method": "mi_backprop", "lam": 1.0, "seed": 0, "K": 40}
+    assert trial_key([point]) == "sigma=0.03,method=mi_backprop,lam=1.0,seed=0,K=40"
+    assert trial_key([{**point, WARM_FROM: "sigma=0.03,method=mi_backprop,lam=0.0,seed=0"}]
+                     ) == trial_key([point])
+    assert trial_key([point, {**point, "lam": 2.0}]).endswith(",K=40+1")
 
 
 def test_finished_means_the_last_epoch_or_a_stop_of_its_own():
@@ -120,7 +120,7 @@ def test_finished_means_the_last_epoch_or_a_stop_of_its_own():
 
 
 def test_clear_removes_every_record(tmp_path):
-    records = Records(str(tmp_path), "grid")
+    records = Records.at(str(tmp_path), "grid")
     _run(records, "a", 1)
     records.clear()
     assert records.keys() == [] and records.read("a") is None
@@ -134,7 +134,7 @@ def test_records_in_a_bucket(tmp_path, monkeypatch):
     with s3_server(tmp_path) as s3:
         for name, value in s3.env.items():
             monkeypatch.setenv(name, value)
-        records = Records(f"s3://{BUCKET}/sweep", "grid")
+        records = Records.at(f"s3://{BUCKET}/sweep", "grid")
         _run(records, "a", 2)
         record = records.read("a")
         assert [r["epoch"] for r in record.rows] == [1, 2]

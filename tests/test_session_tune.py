@@ -1,11 +1,9 @@
 """What the session gives a trial besides reports and its own checkpoint: its id, and another
 trial's last checkpoint of the same sweep (what a warm start from a baseline trained before
-it reads). In-process with the recording session, and under Tune (TuneSession reads the
-sweep's storage as Tune laid it out)."""
+it reads). In-process with the recording session, and under Tune (TuneSession keeps every
+trial's record in the sweep's storage, trainables/record.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -25,36 +23,34 @@ def test_under_tune_a_trial_reads_its_id_and_another_trials_last_checkpoint(ray_
                                                                            tmp_path):
     from ray import tune
 
-    from sweeps.scheduling import GridOrderScheduler
-
-    ids = tmp_path / "baseline_id"
-
     def trial(config: dict) -> None:  # local: Ray's workers cannot import this file
         from trainables.session import TuneSession
 
-        session = TuneSession()
+        session = TuneSession(config)
         me = session.trial_id()
-        if config["role"] == "baseline":
+        if config["point"]["role"] == "baseline":
             for epoch in (1, 2):
                 session.report({"epoch": epoch, "me": me, "seen": ""},
                                checkpoint_files({"": {"epoch": epoch, "by": me}}))
-            Path(config["ids"]).write_text(me)
             return
-        files = session.checkpoint_of(Path(config["ids"]).read_text())
+        files = session.checkpoint_of("role=baseline")  # the baseline's record
         state = read_checkpoint(files)[""] if files is not None else {}
         session.report({"epoch": 1, "me": me, "seen": f"{state.get('by')}:{state.get('epoch')}",
                         "unknown": session.checkpoint_of("no_such_trial") is None})
 
+    storage = tmp_path / "storage"
     tuner = tune.Tuner(
         tune.with_resources(trial, {"cpu": 2}),  # one at a time on ray_local's 2 CPUs
-        param_space={"role": tune.grid_search(["baseline", "warm"]), "ids": str(ids)},
-        tune_config=tune.TuneConfig(scheduler=GridOrderScheduler()),
-        run_config=tune.RunConfig(name="session", storage_path=str(tmp_path / "storage"),
-                                  verbose=0))
-    results = {r.config["role"]: r for r in tuner.fit()}
+        param_space={"point": tune.grid_search([{"role": "baseline"}, {"role": "warm"}])},
+        run_config=tune.RunConfig(name="session", storage_path=str(storage), verbose=0))
+    results = {r.config["point"]["role"]: r for r in tuner.fit()}
     baseline, warm = results["baseline"], results["warm"]
     assert baseline.error is None and warm.error is None
     assert baseline.metrics["me"] == baseline.metrics["trial_id"]
     assert warm.metrics["me"] == warm.metrics["trial_id"] != baseline.metrics["trial_id"]
     assert warm.metrics["seen"] == f"{baseline.metrics['trial_id']}:2"  # its last checkpoint
     assert warm.metrics["unknown"] is True
+    # Tune kept no checkpoint: the records hold them, one a trial
+    assert not list(storage.glob("session/*/checkpoint_*"))
+    assert [p.name for p in (storage / "session/trials/role=baseline/checkpoint").iterdir()
+            ] == ["000002"]

@@ -39,9 +39,8 @@ def test_a_warm_trial_starts_from_its_baselines_last_checkpoint(build):
     trained = baseline.reports[-1]["train_acc"]
     assert trained > 0.3  # two epochs at lr 1e-3 learnt something
 
-    warm = RecordingSession(trial_id="ab12c_00001",
-                            others={"ab12c_00000": baseline.checkpoint})
-    run_trial(_config(lam=0.01, **{WARM_FROM: 0}), build, warm)
+    warm = RecordingSession(trial_id="ab12c_00001", others={"lam=0.0": baseline.checkpoint})
+    run_trial(_config(lam=0.01, **{WARM_FROM: "lam=0.0"}), build, warm)
     first = warm.reports[0]
     assert first["epoch"] == 1 and first["start_epoch"] == 1  # a trial of its own
     assert first["train_acc"] == pytest.approx(trained, abs=1e-9)
@@ -53,44 +52,19 @@ def test_a_warm_trial_starts_from_its_baselines_last_checkpoint(build):
 
 def test_a_baseline_without_a_checkpoint_is_a_clear_error(build):
     session = RecordingSession(trial_id="ab12c_00003", others={})
-    with pytest.raises(WarmStartError, match="trial ab12c_00001 .* left no checkpoint"):
-        run_trial(_config(lam=0.01, **{WARM_FROM: 1}), build, session)
+    with pytest.raises(WarmStartError, match="trial lam=0.0 .* left no checkpoint"):
+        run_trial(_config(lam=0.01, **{WARM_FROM: "lam=0.0"}), build, session)
     assert session.reports == []
 
 
-def _trial(index: int, **point):
-    from ray.tune.experiment import Trial
+def test_the_baselines_a_warm_trial_starts_from_run_in_a_launch_before_it():
+    from sweeps.core import warm_parts
 
-    return Trial("__fake", config={"point": point}, trial_id=f"abc_{index:05d}", stub=True)
-
-
-def test_the_scheduler_holds_a_warm_trial_until_its_source_has_ended():
-    """Tune starts every PENDING trial that fits; a held one is PAUSED until chosen."""
-    from types import SimpleNamespace
-
-    from ray.tune.experiment import Trial
-
-    from sweeps.scheduling import GridOrderScheduler
-
-    base, warm, other = _trial(0, lam=0.0), _trial(1, lam=0.01, **{WARM_FROM: 0}), _trial(2)
-    trials = [base, warm, other]
-    controller = SimpleNamespace(get_trials=lambda: trials)
-    scheduler = GridOrderScheduler()
-    for trial in trials:
-        scheduler.on_trial_add(controller, trial)
-    assert [t.status for t in trials] == [Trial.PENDING, Trial.PAUSED, Trial.PENDING]
-    assert scheduler.choose_trial_to_run(controller) is base
-    base.set_status(Trial.RUNNING)
-    assert scheduler.choose_trial_to_run(controller) is other
-    other.set_status(Trial.RUNNING)
-    assert scheduler.choose_trial_to_run(controller) is None  # held while its source runs
-    base.set_status(Trial.TERMINATED)
-    assert scheduler.choose_trial_to_run(controller) is warm
-    # --resume: Tune adds the saved trials again; one whose source has finished is not held
-    again = _trial(1, lam=0.01, **{WARM_FROM: 0})
-    trials[1] = again
-    scheduler.on_trial_add(controller, again)
-    assert again.status == Trial.PENDING
+    base = {"sigma": 0.03, "method": "lntl", "lam": 0.0, "seed": 0}
+    warm = {**base, "lam": 0.01, WARM_FROM: "sigma=0.03,method=lntl,lam=0.0,seed=0"}
+    other = {**base, "sigma": 0.02, "lam": 0.01}  # starts from a baseline finished earlier
+    assert warm_parts([base, warm, other]) == [[base], [warm, other]]
+    assert warm_parts([other]) == [[other]]
 
 
 KIM_TINY = ["--preset", "kim", "--sigma", "0.03,0.02", "--seeds", "0", "--dry-run"]
@@ -101,9 +75,10 @@ def test_dry_run_says_which_trial_each_starts_from():
     assert ran.returncode == 0, ran.stderr
     table = [line.split() for line in ran.stdout.splitlines()
              if line.split()[:1] and line.split()[0].isdigit()]
-    # trial, method, sigma, lam, seed, starts_from
-    assert [(row[3], row[5]) for row in table] == [("0.0", "-"), ("0.01", "0"),
-                                                   ("0.0", "-"), ("0.01", "2")]
+    # trial, method, sigma, lam, seed, starts_from (the baseline's record)
+    assert [(row[3], row[5]) for row in table] == [
+        ("0.0", "-"), ("0.01", "sigma=0.03,method=lntl,lam=0.0,seed=0"),
+        ("0.0", "-"), ("0.01", "sigma=0.02,method=lntl,lam=0.0,seed=0")]
 
 
 def test_done_runs_again_a_baseline_a_trial_still_to_run_starts_from(tmp_path):
@@ -136,9 +111,10 @@ def test_a_warm_start_that_cannot_be_is_one_error_line(args, says):
 
 
 def test_the_grid_starts_a_warm_trial_once_its_baseline_has_finished(ray_local, tmp_path):
-    """Tune starts every pending trial that fits: without the hold, the lam = 0.01 trial
-    would start beside its baseline and fail (no checkpoint yet), or start from an early
-    one. It starts from the last: its first epoch's train_acc is the baseline's last."""
+    """Tune starts every pending trial that fits: in one launch the lam = 0.01 trial would
+    start beside its baseline and fail (no checkpoint yet), or start from an early one. The
+    baseline runs in a launch of its own first; the warm trial starts from its last
+    checkpoint: its first epoch's train_acc is the baseline's last."""
     from sweeps.digits_grid import main
 
     out = tmp_path / "warm"

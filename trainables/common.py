@@ -132,7 +132,7 @@ class Plan:
     fail_at: int | None  # the fail_once_at_epoch test hook
     cuda_graphs: bool = False  # the fresh critics' steps replayed as CUDA graphs too
     balanced: bool = False  # mi_eval_weights groups: the fresh estimates group-balanced
-    warm_from: int | None = None  # the grid index of the trial a warm start starts from
+    warm_from: str | None = None  # the key of the trial a warm start starts from
 
     @classmethod
     def of(cls, config: dict) -> Plan:
@@ -149,7 +149,7 @@ class Plan:
                    balanced=str(config.get("mi_eval_weights", _TRIAL.mi_eval_weights))
                    == "groups",
                    warm_from=None if config.get(WARM_FROM) is None
-                   else int(config[WARM_FROM]))
+                   else str(config[WARM_FROM]))
 
     def for_lam(self, lam: float) -> Plan:
         """lam as the method reads it (its Config's default when the trial config has none).
@@ -221,20 +221,18 @@ class WarmStartError(RuntimeError):
     """The trial a warm start starts from left no checkpoint (it failed, or diverged)."""
 
 
-def warm_start(algo, session: TrialSession, source: int) -> str:
-    """A fresh trial started from the last checkpoint of the trial at grid index `source`
-    of the same sweep (its lam = 0 trial): g, f and their optimiser's state. Returns that
-    trial's id. Tune numbers a run's trials in grid order: <prefix>_<index, 5 digits>."""
-    prefix = session.trial_id().rpartition("_")[0]
-    source_id = f"{prefix}_{source:05d}"
-    files = session.checkpoint_of(source_id)
+def warm_start(algo, session: TrialSession, source: str) -> str:
+    """A fresh trial started from the last checkpoint of the sweep's trial `source` (its
+    record's key: the lam = 0 trial of its data point and seed): g, f and their optimiser's
+    state. Returns `source`."""
+    files = session.checkpoint_of(source)
     if files is None:
-        raise WarmStartError(f"warm start: trial {source_id} (the lam = 0 trial this one "
+        raise WarmStartError(f"warm start: trial {source} (the lam = 0 trial this one "
                              f"starts from) left no checkpoint: it failed or diverged")
     state = read_checkpoint(files)[""]
     algo.warm_start(state)
-    print(f"warm start from trial {source_id} at its epoch {int(state['epoch'])}", flush=True)
-    return source_id
+    print(f"warm start from trial {source} at its epoch {int(state['epoch'])}", flush=True)
+    return source
 
 
 def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
@@ -386,7 +384,7 @@ def start_trial(config: dict, session: TrialSession | None
         logging.getLogger("ray.train").setLevel(logging.WARNING)
         logging.getLogger("ray.tune").setLevel(logging.WARNING)
         quiet_sigterm_in_worker()
-        session = TuneSession()
+        session = TuneSession(config)
     config = trial_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))

@@ -4,6 +4,7 @@
         point.json          the trial's key and flat config, written before its first report
         epochs.jsonl        every report so far, one JSON object a line, rewritten whole
         checkpoint/<n>/     the files of the n-th report's checkpoint (state.pt, state_m<i>.pt)
+        end.json            a trial the scheduler (ASHA) stopped before its last epoch
 
 `<storage>` is the sweep's storage (a directory, or an s3:// URI read through pyarrow, as
 Tune reads it). A report is written in three steps: its checkpoint's files, then the rows
@@ -22,19 +23,35 @@ from dataclasses import dataclass, field
 
 from pyarrow import fs as pafs
 
+from unbiased.settings import WARM_FROM
+
 TRIALS_DIR = "trials"
 POINT_FILE = "point.json"
+END_FILE = "end.json"  # what a trial's rows cannot say: that the scheduler stopped it
 ROWS_FILE = "epochs.jsonl"
 CHECKPOINT_DIR = "checkpoint"
+POINT_KEY, MEMBERS_KEY = "point", "members"  # sweeps/core.py's grid point, a bundle's members
 _CHECKPOINT = "_checkpoint"  # in a row: {"dir": "<n>", "files": [...]} of its checkpoint
 
 
-def trial_key(points: list[dict], keys: tuple[str, ...]) -> str:
-    """A trial's name in its sweep: its grid point's values in `keys` order
-    (`method=mi_backprop,sigma=0.03,lam=1.0,K=40,seed=0`); a bundle's, its first member's
-    with the number of the others. The same flags give the same keys in every launch."""
-    first = ",".join(f"{k}={points[0][k]}" for k in keys if points[0].get(k) is not None)
+def trial_key(points: list[dict]) -> str:
+    """A trial's name in its sweep: its grid point's values, in the point's order
+    (`sigma=0.03,method=mi_backprop,lam=1.0,seed=0,K=40`); a bundle's, its first member's
+    with the number of the others. The same flags give the same keys in every launch; which
+    trial a warm start starts from is not part of the point."""
+    first = ",".join(f"{k}={v}" for k, v in points[0].items()
+                     if k != WARM_FROM and v is not None)
     return first if len(points) == 1 else f"{first}+{len(points) - 1}"
+
+
+def trial_key_of(config: dict) -> str | None:
+    """The key of a trial from its config as Tune gives it: its grid point under "point"
+    (sweeps/core.py), a bundle's members under the point's "members"; None for a trial
+    without a point."""
+    point = config.get(POINT_KEY)
+    if not point:
+        return None
+    return trial_key(point.get(MEMBERS_KEY, [point]))
 
 
 def trial_finished(rows: list[dict], epochs: int) -> bool:
@@ -54,6 +71,7 @@ class Record:
     # up to the newest whole checkpoint; each as written, with the checkpoint it named
     rows: list[dict] = field(default_factory=list)
     checkpoint: str | None = None  # that checkpoint's directory
+    ended: str | None = None  # how a trial that did not run to its last epoch ended
 
     def metrics(self) -> list[dict]:
         """The rows as the trial reported them."""
@@ -63,13 +81,17 @@ class Record:
 class Records:
     """The records of one experiment's trials under `storage` (a path or a URI)."""
 
-    def __init__(self, storage: str, experiment: str) -> None:
+    def __init__(self, filesystem: pafs.FileSystem, root: str) -> None:
+        self.fs, self.root = filesystem, root.rstrip("/")
+        self.local = isinstance(filesystem, pafs.LocalFileSystem)
+
+    @classmethod
+    def at(cls, storage: str, experiment: str) -> Records:
+        """The records of `experiment` in the sweep's storage (a path or a URI)."""
         root = storage.rstrip("/") + "/" + experiment + "/" + TRIALS_DIR
         if "://" in root:
-            self.fs, self.root = pafs.FileSystem.from_uri(root)
-        else:
-            self.fs, self.root = pafs.LocalFileSystem(), root
-        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+            return cls(*pafs.FileSystem.from_uri(root))
+        return cls(pafs.LocalFileSystem(), root)
 
     def _dir(self, key: str) -> str:
         return f"{self.root}/{key}"
@@ -94,6 +116,10 @@ class Records:
         return self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
 
     def start(self, key: str, config: dict) -> None:
+        """A trial that starts from its first epoch: its config, and no rows yet."""
+        for name in (ROWS_FILE, END_FILE):
+            if self._exists(f"{self._dir(key)}/{name}"):
+                self.fs.delete_file(f"{self._dir(key)}/{name}")
         self._write(f"{self._dir(key)}/{POINT_FILE}",
                     json.dumps({"key": key, "config": config}, sort_keys=True,
                                default=_json_value).encode())
@@ -115,6 +141,12 @@ class Records:
             if info.type == pafs.FileType.Directory and info.base_name != keep:
                 self.fs.delete_dir(info.path)
 
+    def end(self, key: str, status: str) -> None:
+        self._write(f"{self._dir(key)}/{END_FILE}", json.dumps({"status": status}).encode())
+
+    def _exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
     def read(self, key: str) -> Record | None:
         """The trial's record (None: it never started): its rows up to the newest checkpoint
         a row names whose files are all there (every row when none is named after the last
@@ -123,6 +155,8 @@ class Records:
         if point is None:
             return None
         config = json.loads(point)["config"]
+        end = self._read(f"{self._dir(key)}/{END_FILE}")
+        ended = None if end is None else json.loads(end)["status"]
         rows = _rows(self._read(f"{self._dir(key)}/{ROWS_FILE}") or b"")
         present = {info.path.rpartition(f"/{CHECKPOINT_DIR}/")[2]
                    for info in self.fs.get_file_info(pafs.FileSelector(
@@ -137,10 +171,10 @@ class Records:
                 later = rows[i + 1:]
                 cut = any(_CHECKPOINT in row for row in later)
                 kept = rows[:i + 1] if cut else rows
-                return Record(key, config, kept, named["dir"])
+                return Record(key, config, kept, named["dir"], ended)
         if any(_CHECKPOINT in row for row in rows):
             return Record(key, config, [], None)  # no named checkpoint is whole: start again
-        return Record(key, config, rows, None)
+        return Record(key, config, rows, None, ended)
 
     def checkpoint(self, record: Record) -> dict[str, bytes] | None:
         if record.checkpoint is None:
@@ -161,7 +195,7 @@ class Records:
         return {key: record for key, record in records.items() if record is not None}
 
     def clear(self) -> None:
-        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
+        if self._exists(self.root):
             self.fs.delete_dir(self.root)
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 import io
 import os
 import socket
-import tempfile
 from typing import Protocol
 
 import torch
+
+from trainables.record import TRIALS_DIR, Records, trial_key_of
 
 # A plain trial's checkpoint file (every sweep before bundles wrote this name); a bundle
 # member's is state_<member>.pt.
@@ -42,8 +43,9 @@ class TrialSession(Protocol):
     def trial_id(self) -> str:
         """This trial's id (Tune's, or the recording session's)."""
 
-    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
-        """The files of another trial's last checkpoint in this sweep (None: it has none)."""
+    def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
+        """The files of the last checkpoint of the sweep's trial `key` (its record's name,
+        trainables/record.py; None: it has none)."""
 
 
 def checkpoint_name(member: str) -> str:
@@ -89,34 +91,47 @@ def machine_id() -> str:
 
 
 class TuneSession:
-    """The session of a Ray Tune function trainable."""
+    """The session of a Ray Tune function trainable. The trial's rows and checkpoints go to
+    its record in the sweep's storage (trainables/record.py), which every launch and every
+    restart reads; Tune gets each report without a checkpoint (its scheduler, progress,
+    trackers and searchers read the metrics). `config`: the trial's config as Tune gave it."""
+
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.records: Records | None = None
+        self.rows: list[dict] = []
+        self.restored: dict[str, bytes] | None = None
+
+    def _record(self) -> Records:
+        """The sweep's records, and this trial's own read once: its rows and checkpoint."""
+        if self.records is None:
+            from ray import tune
+
+            storage = tune.get_context().get_storage()
+            self.records = Records(storage.storage_filesystem,
+                                   f"{storage.experiment_fs_path}/{TRIALS_DIR}")
+            self.key = trial_key_of(self.config) or self.trial_id()
+            record = self.records.read(self.key)
+            if record is not None and record.checkpoint is not None:
+                self.rows = record.rows
+                self.restored = self.records.checkpoint(record)
+            else:
+                from trainables.common import trial_config
+
+                self.records.start(self.key, trial_config(self.config))
+        return self.records
 
     def restore(self) -> dict[str, bytes] | None:
-        from ray import tune
-
-        checkpoint = tune.get_checkpoint()
-        if checkpoint is None:
-            return None
-        with checkpoint.as_directory() as ckpt_dir:
-            files = {}
-            for name in os.listdir(ckpt_dir):
-                path = os.path.join(ckpt_dir, name)
-                if os.path.isfile(path):
-                    with open(path, "rb") as f:
-                        files[name] = f.read()
-        return files
+        self._record()
+        return self.restored
 
     def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
         from ray import tune
 
-        if checkpoint is None:
-            tune.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, data in checkpoint.items():
-                with open(os.path.join(tmp, name), "wb") as f:
-                    f.write(data)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+        records = self._record()
+        self.rows.append(dict(metrics))
+        records.write(self.key, self.rows, checkpoint)
+        tune.report(metrics)
 
     def where(self) -> dict[str, str]:
         # Hostnames repeat across Ray nodes on one machine (and in some clusters); node ids not.
@@ -140,30 +155,10 @@ class TuneSession:
 
         return tune.get_context().get_trial_id()
 
-    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
-        # Where Tune keeps the sweep's trials (a local path, or S3 through pyarrow): each in a
-        # directory whose name holds its id, each checkpoint in checkpoint_<index>/.
-        from pyarrow import fs as pafs
-        from ray import tune
-
-        storage = tune.get_context().get_storage()
-        filesystem, experiment = storage.storage_filesystem, storage.experiment_fs_path
-        listing = filesystem.get_file_info(pafs.FileSelector(experiment))
-        trial_dirs = [i.path for i in listing if i.type == pafs.FileType.Directory
-                      and f"_{trial_id}_" in f"{i.base_name}_"]
-        if not trial_dirs:
-            return None
-        checkpoints = sorted(i.path for i in filesystem.get_file_info(
-            pafs.FileSelector(trial_dirs[0])) if i.type == pafs.FileType.Directory
-            and i.base_name.startswith("checkpoint_"))
-        if not checkpoints:
-            return None
-        files = {}
-        for info in filesystem.get_file_info(pafs.FileSelector(checkpoints[-1])):
-            if info.type == pafs.FileType.File:
-                with filesystem.open_input_stream(info.path) as stream:
-                    files[info.base_name] = stream.read()
-        return files
+    def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
+        records = self._record()
+        record = records.read(key)
+        return None if record is None else records.checkpoint(record)
 
 
 class RecordingSession:
