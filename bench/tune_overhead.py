@@ -39,7 +39,7 @@ from sweeps.presets import DIGITS  # noqa: E402
 from trainables.digits import build_digits  # noqa: E402
 from unbiased.benchmarks.colored_mnist import GreyDigits, load_mnist5k  # noqa: E402
 from unbiased.methods import make_method  # noqa: E402
-from unbiased.train import mi_eval  # noqa: E402
+from unbiased.mine import mi_eval  # noqa: E402
 
 
 def trial_configs(values: dict) -> list[dict]:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
-from sweeps.common import POINT_KEY, SweepError, fail
+from sweeps.common import SweepError, fail
 from sweeps.done import DONE_FILE, done_trials, read_done, split_done
 from sweeps.outputs import (
     check_out_dir,
@@ -37,7 +37,7 @@ from sweeps.ray_init import check_resources, init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from unbiased.benchmarks.spec import BenchmarkSpec
-from unbiased.settings import WARM_FROM, TrialSettings
+from unbiased.settings import POINT_KEY, WARM_FROM, TrialSettings
 
 # Trial keys read by the trainable itself (trainables/common.py), whatever the method.
 RUN_KEYS = ("epochs", *(f.name for f in fields(TrialSettings)))

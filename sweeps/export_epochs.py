@@ -61,8 +61,8 @@ def trial_keys(df: pd.DataFrame) -> list[str]:
 
 
 def from_tune(out: Path) -> pd.DataFrame:
-    from sweeps.common import flat_config
     from sweeps.done import DONE_FILE
+    from unbiased.settings import flat_config
 
     rows = []
     for path in sorted(out.glob("tune/*/*/result.json")):

@@ -47,10 +47,11 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import pandas as pd  # noqa: E402
 
 from sweeps.cli import resolve  # noqa: E402
-from sweeps.common import POINT_KEY, SweepError, fail  # noqa: E402
+from sweeps.common import SweepError, fail  # noqa: E402
 from sweeps.core import GridSpec, bundle_points, check_local_gpu  # noqa: E402
 from sweeps.done import read_done, split_done  # noqa: E402
 from trainables.session import RecordingSession  # noqa: E402
+from unbiased.settings import POINT_KEY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_COSTS = ROOT / "bench" / "results" / "gpu" / "piece_costs.json"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sweeps import ray_private
 from sweeps.cli import SweepArgs
-from sweeps.common import SweepError, flat_config
+from sweeps.common import SweepError
 from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import finished
@@ -27,6 +27,7 @@ from sweeps.tune_state import (
     order_saved_trials,
     saved_state,
 )
+from unbiased.settings import flat_config
 
 
 def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space: dict,

@@ -6,8 +6,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 
 from sweeps import ray_private
-from sweeps.common import POINT_KEY
-from unbiased.settings import WARM_FROM
+from unbiased.settings import POINT_KEY, WARM_FROM
 
 
 def grid_position(trial_id: object) -> tuple[int, str]:

@@ -233,7 +233,7 @@ def test_graphed_bundle_matches_the_eager_bundle(grey_digits, deterministic, amp
 
 
 def test_graphed_fresh_critic_matches_the_eager_one(grey_digits, deterministic):
-    from unbiased.train import mi_eval
+    from unbiased.mine import mi_eval
 
     bench = _bench(grey_digits)
     z = torch.randn(1024, 16, device="cuda") + bench.train.c[:, :1] * 2

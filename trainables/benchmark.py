@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from trainables.bundle import MEMBERS_KEY, run_bundle
-from trainables.common import run_trial, trial_config
+from trainables.common import run_trial
 from unbiased.benchmarks import benchmark_spec
+from unbiased.settings import flat_config
 
 
 def train_benchmark(config: dict, **loaded: object) -> None:
@@ -30,7 +31,7 @@ def trainable_for(name: str) -> Callable[..., None]:
     spec = benchmark_spec(name)
 
     def train(config: dict, **loaded: object) -> None:
-        run = run_bundle if MEMBERS_KEY in trial_config(config) else run_trial
+        run = run_bundle if MEMBERS_KEY in flat_config(config) else run_trial
         run(config, lambda cfg: spec.build(cfg, **loaded))
 
     train.__name__ = train.__qualname__ = f"train_{name}"

@@ -38,7 +38,8 @@ from trainables.session import (
 )
 from unbiased.data import Benchmark
 from unbiased.methods import DEFAULT_METHOD, EpochStats, make_method
-from unbiased.settings import WARM_FROM, TrialSettings, trial_rule_problems
+from unbiased.mine import mi_eval
+from unbiased.settings import WARM_FROM, TrialSettings, flat_config, trial_rule_problems
 from unbiased.stopping import (
     CRITERION,
     SELECT_EPOCH_RULES,
@@ -46,7 +47,6 @@ from unbiased.stopping import (
     could_be_picked,
     pick_epoch,
 )
-from unbiased.train import mi_eval
 
 __all__ = ["CHECKPOINT_FILE", "machine_id", "run_trial", "Plan", "DeviceError", "pick_device"]
 # The seed of the selected epoch's second estimate is the trial seed plus this.
@@ -335,11 +335,6 @@ def report_with_checkpoint(session: TrialSession, states: dict[str, dict], metri
     session.report(metrics, files)
 
 
-def trial_config(config: dict) -> dict:
-    """A sweep's trial has its grid point under "point" (sweeps/core.py): flattened."""
-    return {**{k: v for k, v in config.items() if k != "point"}, **(config.get("point") or {})}
-
-
 def trial_device(config: dict, session: TrialSession) -> torch.device | None:
     """The trial's device; None when it cannot have the one it was given, which is then
     reported, not raised: Tune would retry a raised error max_failures times."""
@@ -387,7 +382,7 @@ def start_trial(config: dict, session: TrialSession | None
         logging.getLogger("ray.tune").setLevel(logging.WARNING)
         quiet_sigterm_in_worker()
         session = TuneSession()
-    config = trial_config(config)
+    config = flat_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
     problems = trial_rule_problems(config)

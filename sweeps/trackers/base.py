@@ -12,8 +12,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweeps.common import SweepError, flat_config
+from sweeps.common import SweepError
 from unbiased.benchmarks import all_specs
+from unbiased.settings import flat_config
 
 if TYPE_CHECKING:
     import pandas as pd
