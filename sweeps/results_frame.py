@@ -114,9 +114,9 @@ def results_frame(result_grid, experiment: str, benchmark: str,
 def bundle_members(df: pd.DataFrame, config: dict, trial_id: str, error
                    ) -> list[tuple[pd.DataFrame, dict, str, object]]:
     """A trial as (rows, flat config, id, error) per grid point: itself, or each member of a
-    bundle (trainables/bundle.py: its columns under "m<i>/", its id the trial's + "_m<i>",
+    bundle (unbiased/trial.py: its columns under "m<i>/", its id the trial's + "_m<i>",
     the epochs it reported; a member that diverged stops reporting)."""
-    from trainables.bundle import MEMBERS_KEY, member_key
+    from unbiased.trial import MEMBERS_KEY, member_key
 
     if MEMBERS_KEY not in config:
         return [(df, config, trial_id, error)]

@@ -157,7 +157,7 @@ def flat_config(config: dict) -> dict:
 @dataclass
 class TrialSettings:
     """What the trainable reads from a trial's config besides the method's settings
-    (trainables/common.py, run_trial), with the values it takes when the config lacks one."""
+    (unbiased/trial.py, run_trial), with the values it takes when the config lacks one."""
 
     device: str = setting("auto", "training device (auto: cuda when the trial has a GPU)",
                           choices=DEVICES)
