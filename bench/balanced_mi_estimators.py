@@ -26,8 +26,10 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from unbiased.data import balanced_weights  # noqa: E402
-from unbiased.mine import MINE  # noqa: E402
-from unbiased.train import mi_eval  # noqa: E402
+from unbiased.mine import (
+    MINE,  # noqa: E402
+    mi_eval,  # noqa: E402
+)
 
 CLASSES = 10
 HOLDOUT = 0.2

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from unbiased.benchmarks.colored_mnist import build, load_mnist5k  # noqa: E402
 from unbiased.methods.bundle import MIBackpropBundle  # noqa: E402
-from unbiased.train import Algorithm1, LoopConfig  # noqa: E402
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                mine_ema_rate=args.mine_ema_rate or None, mine_standardize=True,
                mi_guard=True, channels_last=not args.no_channels_last)
 
-    def make() -> list[Algorithm1]:
-        return [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=0) for lam in lams]
+    def make() -> list[MIBackprop]:
+        return [MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=0) for lam in lams]
 
     alone, members = make(), make()
     bundle = MIBackpropBundle(members)

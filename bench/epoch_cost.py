@@ -1,6 +1,6 @@
 """Where the seconds of a trial's epoch go: a real digits sweep of two trials (lam 0 and 1, the
 `cpu` preset, side by side as its grid runs them), and each epoch's parts as the trials
-themselves measured them (trainables/common.py: time_s, eval_s, mi_eval_s, ckpt_s, epoch_s).
+themselves measured them (unbiased/trial.py: time_s, eval_s, mi_eval_s, ckpt_s, epoch_s).
 
     python bench/epoch_cost.py --root ../shared/data/mnist       # full MNIST, 2 epochs
     python bench/epoch_cost.py                                   # the embedded 5k subset

@@ -25,7 +25,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from unbiased.benchmarks.colored_mnist import build, load_mnist  # noqa: E402
-from unbiased.train import Algorithm1, LoopConfig  # noqa: E402
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
 
 VARIANTS: dict[str, dict[str, object]] = {
     "first_k (authors)": {"inner_z": "first_k", "K": 40, "batch_size": 128,
@@ -37,8 +37,8 @@ VARIANTS: dict[str, dict[str, object]] = {
 
 def epoch_minutes(bench, options: dict[str, object], steps: int) -> tuple[float, float]:
     """(seconds per theta step, projected minutes per epoch incl. any epoch pass)."""
-    cfg = LoopConfig(lam=1.0, lr=1e-4, mine_lr=1e-4, theta_update="separate", **options)
-    algo = Algorithm1(bench, cfg, seed=0)
+    cfg = MIBackpropConfig(lam=1.0, lr=1e-4, mine_lr=1e-4, theta_update="separate", **options)
+    algo = MIBackprop(bench, cfg, seed=0)
     train = algo.bench.train
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))
     bs = cfg.batch_size

@@ -47,7 +47,7 @@ def worker(rank: int, opts: dict, barrier, results) -> None:
 
     from unbiased.benchmarks import colored_mnist
     from unbiased.methods import make_method
-    from unbiased.train import mi_eval
+    from unbiased.mine import mi_eval
 
     torch.set_num_threads(1)
     device = torch.device("cuda")

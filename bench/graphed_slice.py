@@ -5,7 +5,7 @@ the same trial eager (`--cuda-graphs` on a GPU).
     python bench/graphed_slice.py --root MNIST --device cuda           # the paper preset
     python bench/graphed_slice.py --preset quick --device cpu --epochs 1 --lam 1   # a check
 
-Each trial is `run_trial` (trainables/common.py) driven by a recording session, as the
+Each trial is `run_trial` (unbiased/trial.py) driven by a recording session, as the
 sweep's trial runs under Tune but without Ray, on the preset's settings with this script's
 sigma, lam, seed and epochs. `--mi-eval-steps` shortens the stopping rule's critics (the
 slice measures training; the critics' cost is gpu_check.py's). Writes OUT (CSV, default
@@ -25,9 +25,8 @@ if __package__ in (None, ""):
 
 import pandas as pd  # noqa: E402
 
-from trainables.common import run_trial  # noqa: E402
-from trainables.session import RecordingSession  # noqa: E402
 from unbiased.benchmarks import benchmark_spec  # noqa: E402
+from unbiased.trial import RecordingSession, run_trial  # noqa: E402
 
 AXES = ("sigma", "lam", "seeds")
 DRIVER_ONLY = ("cpus_per_trial", "gpus_per_trial")

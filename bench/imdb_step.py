@@ -28,8 +28,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from unbiased.benchmarks import imdb_faces  # noqa: E402
 from unbiased.data import Benchmark, TensorSplit  # noqa: E402
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
 from unbiased.models import ResNetFeatures  # noqa: E402
-from unbiased.train import Algorithm1, LoopConfig  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:
@@ -45,7 +45,7 @@ def random_split(n: int, size: int, seed: int = 0) -> TensorSplit:
     return TensorSplit(x, y, imdb_faces.age_bins(age))
 
 
-def time_erm(algo: Algorithm1, split: TensorSplit, batch_size: int, steps: int) -> float:
+def time_erm(algo: MIBackprop, split: TensorSplit, batch_size: int, steps: int) -> float:
     """Seconds per plain ERM step (forward, backward, Adam) of the same g and f."""
     opt = torch.optim.Adam([*algo.g.parameters(), *algo.f.parameters()], lr=1e-5)
     algo.g.train()
@@ -67,7 +67,7 @@ def time_erm(algo: Algorithm1, split: TensorSplit, batch_size: int, steps: int) 
     return (time.perf_counter() - start) / steps
 
 
-def time_outer(algo: Algorithm1, split: TensorSplit, batch_size: int, steps: int) -> float:
+def time_outer(algo: MIBackprop, split: TensorSplit, batch_size: int, steps: int) -> float:
     """Seconds per outer step of Algorithm 1 through the real epoch code (one warm-up step)."""
     def rows(a: int, b: int) -> TensorSplit:
         return TensorSplit(split.x[a:b], split.y[a:b], split.c[a:b])
@@ -118,10 +118,10 @@ def main(argv: list[str] | None = None) -> None:
                       lambda: ResNetFeatures(args.arch, imdb_faces.Z_DIM, None), imdb_faces.Z_DIM,
                       imdb_faces.C_DIM)
 
-    def make(K: int, mode: str) -> Algorithm1:
-        cfg = LoopConfig(lam=0.9, K=K, batch_size=bs, lr=1e-5, mine_lr=0.1,
-                         mine_optimizer="sgd", inner_z=mode)
-        return Algorithm1(bench, cfg, seed=0, device=device)
+    def make(K: int, mode: str) -> MIBackprop:
+        cfg = MIBackpropConfig(lam=0.9, K=K, batch_size=bs, lr=1e-5, mine_lr=0.1,
+                               mine_optimizer="sgd", inner_z=mode)
+        return MIBackprop(bench, cfg, seed=0, device=device)
 
     print(f"{args.arch}, device {device}, threads {args.threads}, batch {bs}, "
           f"{args.image_size}x{args.image_size}, {args.steps} timed steps, "

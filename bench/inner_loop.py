@@ -49,7 +49,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from unbiased.benchmarks import colored_mnist  # noqa: E402
 from unbiased.data import Batch, Benchmark, TensorSplit  # noqa: E402
-from unbiased.train import Algorithm1, LoopConfig  # noqa: E402
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
 
 MODES = ("fresh", "batch", "bank", "pool")
 OPTIONS = ("amp", "compile", "channels_last")
@@ -94,7 +94,7 @@ def tiled(bench: Benchmark, n: int) -> Benchmark:
 class Setting:
     """One row of the table: a model and how to time `steps` outer steps of it."""
 
-    def __init__(self, name: str, algo: Algorithm1, erm: bool, steps: int):
+    def __init__(self, name: str, algo: MIBackprop, erm: bool, steps: int):
         self.name, self.algo, self.erm, self.steps = name, algo, erm, steps
         self.train = FirstSteps(algo.bench.train, steps)  # type: ignore[arg-type]
         self.seconds: list[float] = []
@@ -112,7 +112,7 @@ class Setting:
         return (time.perf_counter() - start) / self.steps
 
 
-def erm_step(algo: Algorithm1) -> None:
+def erm_step(algo: MIBackprop) -> None:
     """A plain ERM step of the same g and f with the same optimiser and options."""
     train = algo.bench.train
     assert isinstance(train, TensorSplit)
@@ -128,7 +128,7 @@ def erm_step(algo: Algorithm1) -> None:
 FORWARDS = ("no_grad per batch", "inference_mode per batch", "one batched forward")
 
 
-def fresh_forwards(algo: Algorithm1, K: int, how: str) -> float:
+def fresh_forwards(algo: MIBackprop, K: int, how: str) -> float:
     """Seconds for the K inner forwards of one outer step of `fresh`, done `how`."""
     train = algo.bench.train
     assert isinstance(train, TensorSplit)
@@ -198,13 +198,13 @@ def main(argv: list[str] | None = None) -> None:
 
     def make(name: str, K: int, mode: str, options: list[str], erm: bool = False,
              update: str = "separate") -> Setting:
-        cfg = LoopConfig(lam=1.0, K=K, batch_size=args.batch_size, lr=1e-4, mine_lr=1e-4,
-                         inner_z="bank" if mode == "pool" else mode, theta_update=update,
-                         mine_ema_rate=args.mine_ema_rate,
-                         bank_refresh=args.bank_refresh,
-                         bank_size=args.bank_size if mode == "pool" else None,
-                         **{o: True for o in options})
-        return Setting(name, Algorithm1(bench, cfg, seed=0, device=device), erm, args.steps)
+        cfg = MIBackpropConfig(lam=1.0, K=K, batch_size=args.batch_size, lr=1e-4, mine_lr=1e-4,
+                               inner_z="bank" if mode == "pool" else mode, theta_update=update,
+                               mine_ema_rate=args.mine_ema_rate,
+                               bank_refresh=args.bank_refresh,
+                               bank_size=args.bank_size if mode == "pool" else None,
+                               **{o: True for o in options})
+        return Setting(name, MIBackprop(bench, cfg, seed=0, device=device), erm, args.steps)
 
     settings = []
     for variant, options in variants.items():

@@ -37,7 +37,7 @@ import torch  # noqa: E402
 from unbiased.benchmarks.colored_mnist import build, load_mnist5k  # noqa: E402
 from unbiased.graphs import WARMUP_CALLS  # noqa: E402
 from unbiased.methods.bundle import MIBackpropBundle  # noqa: E402
-from unbiased.train import Algorithm1, LoopConfig  # noqa: E402
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
 
 GRID_TRIALS, EPOCHS, STEPS_PER_EPOCH = 63, 150, 59  # the paper grid at batch 1024
 
@@ -113,7 +113,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     modes = [False] + ([True] if device.type == "cuda" and not args.no_graphs else [])
     for graphs in modes:
         kind = "graphed" if graphs else "eager"
-        alone = Algorithm1(bench, LoopConfig(**cfg, lam=1.0, cuda_graphs=graphs), seed=0,
+        alone = MIBackprop(bench, MIBackpropConfig(**cfg, lam=1.0, cuda_graphs=graphs), seed=0,
                            device=device)
 
         def alone_step(alone=alone):
@@ -131,8 +131,8 @@ def _bundle_row(kind: str, size: int, bench, cfg: dict, graphs: bool, batch: tup
                 device: torch.device, args: argparse.Namespace) -> dict:
     x, y, c = batch
     try:
-        members = [Algorithm1(bench, LoopConfig(**cfg, lam=i / max(1, size - 1),
-                                                cuda_graphs=graphs), seed=i, device=device)
+        members = [MIBackprop(bench, MIBackpropConfig(**cfg, lam=i / max(1, size - 1),
+                                                      cuda_graphs=graphs), seed=i, device=device)
                    for i in range(size)]
         bundle = MIBackpropBundle(members,
                                   draws="batched" if device.type == "cuda" else "exact")

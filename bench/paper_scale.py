@@ -23,7 +23,8 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 
 from unbiased.benchmarks.colored_mnist import build, load_grey_digits  # noqa: E402
-from unbiased.train import Algorithm1, LoopConfig, mi_eval  # noqa: E402
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
+from unbiased.mine import mi_eval  # noqa: E402
 
 
 def main() -> None:
@@ -57,11 +58,11 @@ def main() -> None:
     digits = load_grey_digits(a.source, a.root)
     bench = build(digits, a.sigma, a.seed, z_relu=a.z_relu, width=a.width,
                   palette=a.palette)
-    cfg = LoopConfig(lam=a.lam, K=a.K, batch_size=a.batch_size, lr=a.lr, mine_lr=a.mine_lr,
-                     inner_z=a.inner_z, theta_update=a.theta_update,
-                     mine_ema_rate=a.mine_ema_rate, mine_hidden_layers=a.mine_hidden_layers,
-                     rescale_mi_grad=not a.no_rescale, channels_last=a.channels_last)
-    algo = Algorithm1(bench, cfg, seed=a.seed)
+    cfg = MIBackpropConfig(lam=a.lam, K=a.K, batch_size=a.batch_size, lr=a.lr, mine_lr=a.mine_lr,
+                           inner_z=a.inner_z, theta_update=a.theta_update,
+                           mine_ema_rate=a.mine_ema_rate, mine_hidden_layers=a.mine_hidden_layers,
+                           rescale_mi_grad=not a.no_rescale, channels_last=a.channels_last)
+    algo = MIBackprop(bench, cfg, seed=a.seed)
     for epoch in range(1, a.epochs + 1):
         stats = algo.run_epoch()
         m = algo.evaluate()

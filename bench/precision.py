@@ -6,7 +6,7 @@ run-to-run spread); the step times go into a piece's costs file (sweeps/piece.py
     python bench/precision.py --device cpu --precisions fp32,bf16 --B 1,2 --K 4 \\
         --batch-size 64 --steps 1 --repeats 1 --epochs 1 --slice-rows 2000   # a check
 
-Precisions (trainables/common.py, `precision`, names what each trial reports):
+Precisions (unbiased/trial.py, `precision`, names what each trial reports):
 - fp32: torch's default (matmul TF32 off; on a GPU cuDNN's TF32 is on: `tf32-conv`);
 - tf32: `--tf32` (matmul TF32 too);
 - bf16: `--amp` (g's layers in bf16);
@@ -37,9 +37,8 @@ import outer_step  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from trainables.common import precision, run_trial  # noqa: E402
-from trainables.session import RecordingSession  # noqa: E402
 from unbiased.benchmarks import benchmark_spec  # noqa: E402
+from unbiased.trial import RecordingSession, precision, run_trial  # noqa: E402
 
 PRECISIONS = {"fp32": {}, "tf32": {"tf32": True}, "bf16": {"amp": True},
               "bf16+tf32": {"amp": True, "tf32": True}}
@@ -72,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def set_precision(settings: dict, device: torch.device) -> str:
-    """torch's flags as a trial of `settings` sets them (trainables/common.py, start_trial);
+    """torch's flags as a trial of `settings` sets them (unbiased/trial.py, start_trial);
     the precision it reports."""
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = bool(settings.get("tf32", False))

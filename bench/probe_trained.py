@@ -27,11 +27,11 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from trainables.common import CHECKPOINT_FILE  # noqa: E402
 from unbiased.benchmarks import colored_mnist  # noqa: E402
 from unbiased.data import TensorSplit  # noqa: E402
 from unbiased.methods import make_method  # noqa: E402
-from unbiased.train import mi_eval  # noqa: E402
+from unbiased.mine import mi_eval  # noqa: E402
+from unbiased.trial import CHECKPOINT_FILE  # noqa: E402
 
 
 def random_rgb_test(grey: torch.Tensor, y: torch.Tensor, seed: int) -> TensorSplit:

@@ -36,10 +36,10 @@ import torch  # noqa: E402
 from sweeps.cli import SweepArgs  # noqa: E402
 from sweeps.digits_grid import GRID  # noqa: E402
 from sweeps.presets import DIGITS  # noqa: E402
-from trainables.digits import build_digits  # noqa: E402
 from unbiased.benchmarks.colored_mnist import GreyDigits, load_mnist5k  # noqa: E402
+from unbiased.benchmarks.digits import build as build_digits  # noqa: E402
 from unbiased.methods import make_method  # noqa: E402
-from unbiased.train import mi_eval  # noqa: E402
+from unbiased.mine import mi_eval  # noqa: E402
 
 
 def trial_configs(values: dict) -> list[dict]:
@@ -91,13 +91,14 @@ def run_tune(configs: list[dict], values: dict, digits: GreyDigits, concurrency:
 
     from sweeps.digits_grid import EXPERIMENT
     from sweeps.runner import run_tuner
-    from trainables.digits import train_digits
+    from trainables.tune_trial import trainable_for
 
     space = GRID.param_space(values, GRID.points(values))
     space.update({"num_threads": 1, "device": "cpu"})
     args = SweepArgs(benchmark="digits", preset="quick", values=values, out=out)
     start = time.perf_counter()
-    grid = run_tuner(args, EXPERIMENT, tune.with_parameters(train_digits, digits=digits), space,
+    trainable = tune.with_parameters(trainable_for("digits"), digits=digits)
+    grid = run_tuner(args, EXPERIMENT, trainable, space,
                      {"cpu": 2.0 / concurrency, "gpu": 0.0},
                      param_keys=GRID.param_keys(), n_trials=len(configs))
     wall = time.perf_counter() - start

@@ -24,7 +24,7 @@ import pandas as pd
 
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
-from sweeps.common import POINT_KEY, SweepError, fail
+from sweeps.common import SweepError, fail
 from sweeps.done import import_done, point_records, read_done, split_done
 from sweeps.outputs import (
     check_out_dir,
@@ -38,9 +38,9 @@ from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from trainables.record import Records, trial_key
 from unbiased.benchmarks.spec import BenchmarkSpec
-from unbiased.settings import WARM_FROM, TrialSettings
+from unbiased.settings import POINT_KEY, WARM_FROM, TrialSettings
 
-# Trial keys read by the trainable itself (trainables/common.py), whatever the method.
+# Trial keys read by the trainable itself (unbiased/trial.py), whatever the method.
 RUN_KEYS = ("epochs", *(f.name for f in fields(TrialSettings)))
 # Values the driver uses itself; they never reach a trial as such.
 DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
@@ -125,7 +125,7 @@ class GridSpec:
             return bench.describe(args.values, loaded)
 
         def trainable() -> Callable:
-            from trainables.benchmark import trainable_for
+            from trainables.tune_trial import trainable_for
 
             return trainable_for(bench.name)
 
@@ -249,9 +249,9 @@ def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
     grid's order (by their first point)."""
     if size <= 1:
         return points
-    from trainables.bundle import MEMBERS_KEY
     from unbiased.methods import config_keys, method_config
     from unbiased.methods.bundle import PER_MEMBER_FIELDS
+    from unbiased.trial import MEMBERS_KEY
 
     shared_keys = [k for k in config_keys("mi_backprop") if k not in PER_MEMBER_FIELDS]
     groups: dict[tuple, list[int]] = {}
@@ -363,7 +363,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
 
 def trial_errors(grid) -> dict[str, object]:
     """The error of each trial Tune ran that failed, by the key of each of its points."""
-    from trainables.bundle import MEMBERS_KEY
+    from unbiased.trial import MEMBERS_KEY
 
     errors = {}
     for result in grid:
@@ -501,7 +501,7 @@ def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
             notes: Sequence[str] = ()) -> None:
     """What the sweep would run: one line per grid point (with --bundle, the Tune trial it
     trains in), then the settings every trial shares."""
-    from trainables.bundle import MEMBERS_KEY
+    from unbiased.trial import MEMBERS_KEY
 
     points = [(i, p) for i, trial in enumerate(trials)
               for p in trial.get(MEMBERS_KEY, [trial])]

@@ -187,9 +187,9 @@ def point_records(records: Records, fixed: dict, points: list[dict] | None = Non
 def trial_points(rows: pd.DataFrame, config: dict, key: str
                  ) -> list[tuple[str, dict, pd.DataFrame]]:
     """A trial's rows as (key, flat config, rows) per grid point: itself, or each member of
-    a bundle (trainables/bundle.py: its columns under "m<i>/", the epochs it reported; a
+    a bundle (unbiased/trial.py: its columns under "m<i>/", the epochs it reported; a
     member that diverged stops reporting)."""
-    from trainables.bundle import MEMBERS_KEY, member_key
+    from unbiased.trial import MEMBERS_KEY, member_key
 
     members = config.get(MEMBERS_KEY)
     if members is None:

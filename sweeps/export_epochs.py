@@ -85,7 +85,7 @@ def from_records(out: Path) -> pd.DataFrame:
 
 def from_tune(out: Path) -> pd.DataFrame:
     """Tune's per-trial results of a sweep run before records (its result.json files)."""
-    from sweeps.common import flat_config
+    from unbiased.settings import flat_config
 
     rows = []
     for path in sorted(out.glob("tune/*/*/result.json")):

@@ -138,11 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         init_ray(args.address)
         from ray import tune
 
-        from trainables.digits import train_digits
+        from trainables.tune_trial import trainable_for
 
         resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
         check_resources(args.address, resources["cpu"], resources["gpu"])
-        trainable = tune.with_parameters(train_digits, digits=digits)
+        trainable = tune.with_parameters(trainable_for("digits"), digits=digits)
         frames = []
         fixed = GRID.fixed_values(args.values)
         for method, sigma, seed in studies:

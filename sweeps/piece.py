@@ -47,10 +47,11 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import pandas as pd  # noqa: E402
 
 from sweeps.cli import resolve  # noqa: E402
-from sweeps.common import POINT_KEY, SweepError, fail  # noqa: E402
+from sweeps.common import SweepError, fail  # noqa: E402
 from sweeps.core import GridSpec, bundle_points, check_local_gpu  # noqa: E402
 from sweeps.done import read_done, split_done  # noqa: E402
-from trainables.session import RecordingSession  # noqa: E402
+from unbiased.settings import POINT_KEY  # noqa: E402
+from unbiased.trial import RecordingSession  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_COSTS = ROOT / "bench" / "results" / "gpu" / "piece_costs.json"
@@ -129,7 +130,7 @@ def plan_size(todo: list[dict], left_s: float, shape: Shape, costs: Costs, most:
 
 
 class PieceSession(RecordingSession):
-    """A recording session (trainables/session.py) that prints every tenth epoch."""
+    """A recording session (unbiased/trial.py) that prints every tenth epoch."""
 
     def __init__(self, trial_id: str, epochs: int) -> None:
         super().__init__(trial_id=trial_id)
@@ -155,8 +156,8 @@ def versions() -> dict[str, str]:
 def trial_shape(spec: GridSpec, config: dict, loaded: dict, precision: str) -> Shape:
     """Epochs, steps an epoch and re-estimates of the piece's trials (the first point's data
     stands for all: a grid's points share their size)."""
-    from trainables.common import Plan
     from unbiased.methods import method_config
+    from unbiased.trial import Plan
 
     bench = spec_build(spec)({**config, "device": "cpu"}, loaded)  # its size, anywhere
     batch = int(method_config(str(config.get("method", "mi_backprop")), config).batch_size)
@@ -179,11 +180,11 @@ def spec_build(spec: GridSpec) -> Callable[[dict, dict], object]:
 
 
 def trial_precision(config: dict) -> str:
-    """The precision a trial of `config` reports (trainables/common.py, `precision`), the
+    """The precision a trial of `config` reports (unbiased/trial.py, `precision`), the
     key of the costs file's step times; as start_trial will set torch's TF32 flags."""
     import torch
 
-    from trainables.common import precision
+    from unbiased.trial import precision
 
     requested = str(config.get("device", "auto"))
     cuda = requested.startswith("cuda") or (requested == "auto" and torch.cuda.is_available())
@@ -205,8 +206,8 @@ def rows_of(spec: GridSpec, config: dict, reports: list[dict], trial_id: str,
     from sweeps.done import trial_points
     from sweeps.export_epochs import export_frame
     from sweeps.results_frame import results_frame
-    from trainables.common import trial_config as flat
     from trainables.record import trial_key_of
+    from unbiased.settings import flat_config as flat
 
     points = trial_points(pd.DataFrame(reports), flat(config),
                           trial_key_of(config) or trial_id)
@@ -346,8 +347,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, todo: list[dict], co
               loaded: dict, shape: Shape, costs: Costs, most: int, stamp: dict[str, str],
               deadline: float) -> int:
     """Run bundles while the next fits in the time left; write the rows after each."""
-    from trainables.bundle import MEMBERS_KEY, run_bundle
-    from trainables.common import run_trial
+    from unbiased.trial import MEMBERS_KEY, run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
     build = spec_build(spec)
@@ -408,7 +408,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, todo: list[dict], co
 
 
 def _members(trial: dict) -> list[dict]:
-    from trainables.bundle import MEMBERS_KEY
+    from unbiased.trial import MEMBERS_KEY
 
     return list(trial.get(MEMBERS_KEY, [trial]))
 

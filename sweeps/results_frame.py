@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import pandas as pd
 
 from analysis.results import OK_WARNING, critic_warning
-from sweeps.common import flat_config
 from unbiased.benchmarks import all_specs
+from unbiased.settings import flat_config
 
 # Columns of results.parquet, in order: the contract of DESIGN.md plus what we add.
 CONTRACT_COLUMNS = [

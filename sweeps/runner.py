@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 from sweeps import ray_private
 from sweeps.cli import SweepArgs
-from sweeps.common import flat_config
 from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import STOPPED_EARLY, finished
 from sweeps.signals import StopSignals
 from trainables.record import Records, trial_key_of
+from unbiased.settings import flat_config
 
 
 def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space: dict,
@@ -114,11 +114,11 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
                 print(f"[{time.time() - self.start:6.0f}s] {self._tag(trial)}: error: "
                       f"{result['device_error']} (not retried)", flush=True)
                 return
-            from trainables.bundle import member_key
+            from unbiased.trial import member_key
 
             points = _points(flat_config(trial.config))
             for i, point in enumerate(points):
-                # a bundle's member reports under "m<i>/" (trainables/bundle.py)
+                # a bundle's member reports under "m<i>/" (unbiased/trial.py)
                 prefix = f"{member_key(i)}/" if len(points) > 1 else ""
                 if f"{prefix}epoch" not in result:
                     continue  # a bundle member that diverged earlier
@@ -148,8 +148,8 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
 
 
 def _points(config: dict) -> list[dict]:
-    """A trial's grid points: its own config, or a bundle's members' (trainables/bundle.py)."""
-    from trainables.bundle import MEMBERS_KEY, member_configs
+    """A trial's grid points: its own config, or a bundle's members' (unbiased/trial.py)."""
+    from unbiased.trial import MEMBERS_KEY, member_configs
 
     return member_configs(config) if MEMBERS_KEY in config else [config]
 

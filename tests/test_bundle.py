@@ -10,14 +10,14 @@ import torch
 
 from tests.test_train import biased_tabular
 from unbiased.methods.bundle import MIBackpropBundle, bundle_problems
-from unbiased.train import Algorithm1, LoopConfig
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
 
 CRITIC = dict(K=3, batch_size=64, lr=1e-2, mine_lr=1e-3, inner_z="batch", mine_ema_rate=0.01,
               mine_standardize=True, mi_guard=True)
 POINTS = [(0.0, 4), (0.5, 5), (1.0, 6)]  # (lam, seed): lam 0 among them, each its own seed
 
 
-def _tensors(algo: Algorithm1) -> dict[str, torch.Tensor]:
+def _tensors(algo: MIBackprop) -> dict[str, torch.Tensor]:
     """Weights, MINE's average, and every optimiser's moments and steps, by name."""
     out = {f"{name}.{k}": v for name, m in algo.modules().items()
            for k, v in m.state_dict().items()}
@@ -32,9 +32,10 @@ def _tensors(algo: Algorithm1) -> dict[str, torch.Tensor]:
 
 
 def _alone_and_bundled(bench, cfg: dict, points=POINTS, epochs: int = 1):
-    alone = [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed) for lam, seed in points]
+    alone = [MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=seed) for lam, seed in points]
     stats_alone = [[a.run_epoch() for _ in range(epochs)][-1] for a in alone]
-    members = [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed) for lam, seed in points]
+    members = [MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=seed)
+               for lam, seed in points]
     bundle = MIBackpropBundle(members)
     stats_bundle = [bundle.run_epoch() for _ in range(epochs)][-1]
     return alone, stats_alone, members, stats_bundle
@@ -97,7 +98,7 @@ def test_a_bundle_keeps_following_over_epochs_and_its_members_resume_alone(float
     cfg = {**CRITIC, "theta_update": "separate"}
     alone, _, members, _ = _alone_and_bundled(bench, cfg, epochs=2)
     for a, m, (lam, seed) in zip(alone, members, POINTS, strict=True):
-        resumed = Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed)
+        resumed = MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=seed)
         resumed.load_state_dict(m.state_dict())
         a.run_epoch()
         resumed.run_epoch()
@@ -119,7 +120,7 @@ def test_a_quick_preset_epoch_in_a_bundle_gives_each_members_metrics(grey_digits
     bench = _double(build(GreyDigits(d.train_x[:768], d.train_y[:768], d.test_x[:256],
                                      d.test_y[:256], "mnist5k"), 0.03, seed=0,
                           width=SMALL_NET_CONFIG["width"]))
-    keys = set(LoopConfig.__dataclass_fields__) - {"lam", "epochs"}
+    keys = set(MIBackpropConfig.__dataclass_fields__) - {"lam", "epochs"}
     cfg = {k: v for k, v in SPEC.presets["quick"].items() if k in keys}
     alone, _, members, _ = _alone_and_bundled(bench, cfg,
                                               points=[(0.0, 1), (1.0, 0), (0.5, 2)])
@@ -136,8 +137,8 @@ def test_a_frozen_member_stays_as_it_was_and_the_others_go_on(float64):
     torch.set_num_threads(1)
     bench = _double(biased_tabular(n=192))
     cfg = {**CRITIC, "theta_update": "separate"}
-    alone = [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed) for lam, seed in POINTS]
-    members = [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed)
+    alone = [MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=seed) for lam, seed in POINTS]
+    members = [MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=seed)
                for lam, seed in POINTS]
     bundle = MIBackpropBundle(members)
     bundle.run_epoch()
@@ -169,7 +170,7 @@ def test_batched_draws_shuffle_each_member_anew_and_resume_at_an_epoch(float64):
     cfg = {**CRITIC, "theta_update": "separate"}
 
     def members():
-        return [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed)
+        return [MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=seed)
                 for lam, seed in POINTS]
     straight = MIBackpropBundle(members(), draws="batched")
     straight._draw_step(64)
@@ -200,10 +201,10 @@ def test_batched_draws_shuffle_each_member_anew_and_resume_at_an_epoch(float64):
 
 def test_members_that_cannot_share_a_bundle_are_named():
     bench = biased_tabular(n=128)
-    base = Algorithm1(bench, LoopConfig(**CRITIC), seed=0)
-    other_k = Algorithm1(bench, LoopConfig(**{**CRITIC, "K": 4}), seed=0)
-    fresh = Algorithm1(bench, LoopConfig(**{**CRITIC, "inner_z": "fresh"}), seed=0)
-    assert bundle_problems([base, Algorithm1(bench, LoopConfig(**CRITIC, lam=0.3), seed=1)]
+    base = MIBackprop(bench, MIBackpropConfig(**CRITIC), seed=0)
+    other_k = MIBackprop(bench, MIBackpropConfig(**{**CRITIC, "K": 4}), seed=0)
+    fresh = MIBackprop(bench, MIBackpropConfig(**{**CRITIC, "inner_z": "fresh"}), seed=0)
+    assert bundle_problems([base, MIBackprop(bench, MIBackpropConfig(**CRITIC, lam=0.3), seed=1)]
                            ) == []
     assert "differ in K" in bundle_problems([base, other_k])[0]
     assert "inner_z 'batch' only" in bundle_problems([fresh])[0]
@@ -219,9 +220,9 @@ def test_a_bf16_bundle_follows_its_members_run_alone_in_bf16():
     torch.set_num_threads(1)
     bench = biased_tabular(n=192)
     cfg = {**CRITIC, "theta_update": "separate", "amp": True}
-    alone = [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed) for lam, seed in POINTS]
+    alone = [MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=seed) for lam, seed in POINTS]
     stats_alone = [a.run_epoch() for a in alone]
-    members = [Algorithm1(bench, LoopConfig(**cfg, lam=lam), seed=seed)
+    members = [MIBackprop(bench, MIBackpropConfig(**cfg, lam=lam), seed=seed)
                for lam, seed in POINTS]
     bundle = MIBackpropBundle(members)
     dtypes = set()

@@ -1,4 +1,4 @@
-"""`--bundle N`: grid points trained as one Tune trial (trainables/bundle.py), with the
+"""`--bundle N`: grid points trained as one Tune trial (unbiased/trial.py), with the
 results contract of one trial per point."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from ray import tune
 
 from sweeps.presets import DIGITS, IMDB, K_ABLATION, LAMBDA_SEARCH
 from tests.drivers import Ran, run_main
-from trainables.common import DeviceError, pick_device
+from unbiased.trial import DeviceError, pick_device
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -73,13 +73,14 @@ def test_without_gpus_auto_is_the_cpu_and_cpu_is_always_usable():
 def test_a_trial_on_a_device_it_cannot_use_stops_once_with_one_line(ray_local, tiny_digits,
                                                                      tmp_path):
     from sweeps.results_frame import results_frame
-    from trainables.digits import train_digits
+    from trainables.tune_trial import trainable_for
 
     config = {"sigma": 0.03, "lam": 1.0, "K": 2, "seed": 0, "epochs": 2, "batch_size": 64,
               "lr": 1e-3, "mine_lr": 1e-3, "inner_z": "batch", "device": "cuda",
               "num_threads": 1, "mi_eval_steps": 20}
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(train_digits, digits=tiny_digits), {"cpu": 1}),
+        tune.with_resources(tune.with_parameters(trainable_for("digits"), digits=tiny_digits),
+                            {"cpu": 1}),
         param_space=config,
         run_config=tune.RunConfig(name="device", storage_path=str(tmp_path), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=2)))

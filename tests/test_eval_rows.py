@@ -12,8 +12,7 @@ import torch
 from tests.conftest import SMALL_NET_CONFIG
 from unbiased.benchmarks.colored_mnist import build
 from unbiased.methods import make_method
-from unbiased.mine import estimate_mi
-from unbiased.train import mi_eval
+from unbiased.mine import estimate_mi, mi_eval
 
 pytestmark = pytest.mark.slow  # trains a model and estimates MI on it, exactly and on a subset
 

@@ -67,7 +67,7 @@ def _two_epochs(grey_digits) -> list[torch.Tensor]:
 
 
 def test_deterministic_repeats_on_cuda(grey_digits):
-    from trainables.common import set_deterministic
+    from unbiased.trial import set_deterministic
 
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
@@ -105,7 +105,7 @@ GRAPH_VALUES = {**VALUES, "lr": 1e-4, "mine_lr": 1e-4}
 
 @pytest.fixture
 def deterministic():
-    from trainables.common import set_deterministic
+    from unbiased.trial import set_deterministic
 
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
@@ -233,7 +233,7 @@ def test_graphed_bundle_matches_the_eager_bundle(grey_digits, deterministic, amp
 
 
 def test_graphed_fresh_critic_matches_the_eager_one(grey_digits, deterministic):
-    from unbiased.train import mi_eval
+    from unbiased.mine import mi_eval
 
     bench = _bench(grey_digits)
     z = torch.randn(1024, 16, device="cuda") + bench.train.c[:, :1] * 2

@@ -10,7 +10,7 @@ import torch
 from tests.trials import run_recorded
 from unbiased.methods import make_method
 from unbiased.methods.mi_backprop import MIBackpropConfig, mi_backprop_graph_obstacles
-from unbiased.train import mi_eval
+from unbiased.mine import mi_eval
 
 SMALL = {"lam": 1.0, "batch_size": 64, "lr": 1e-3, "K": 3, "inner_z": "batch",
          "theta_update": "separate", "mine_ema_rate": 0.01, "mine_standardize": True,

@@ -15,9 +15,9 @@ import torch
 from test_train import biased_tabular
 
 from unbiased.benchmarks import colored_mnist
-from unbiased.train import Algorithm1, LoopConfig
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
 
-# mode name -> LoopConfig fields; every bank here is refreshed at every outer step
+# mode name -> MIBackpropConfig fields; every bank here is refreshed at every outer step
 FRESH_EQUIVALENT = {
     "fresh": {"inner_z": "fresh"},
     "batch": {"inner_z": "batch"},
@@ -26,7 +26,7 @@ FRESH_EQUIVALENT = {
 }
 
 
-def _watch_inner_steps(algo: Algorithm1) -> list[tuple[float, float, float]]:
+def _watch_inner_steps(algo: MIBackprop) -> list[tuple[float, float, float]]:
     """Wrap MINE's phi_loss: at every inner step record (max |z - fresh z|, MI on the z it
     got, MI on fresh z of the same rows with the same shuffle of c)."""
     seen: list[tuple[float, float, float]] = []
@@ -53,9 +53,9 @@ def _watch_inner_steps(algo: Algorithm1) -> list[tuple[float, float, float]]:
 @pytest.mark.parametrize("mode", sorted(FRESH_EQUIVALENT))
 def test_each_mode_computes_the_mi_of_fresh_z_when_refreshed_every_step(mode):
     bench = biased_tabular(n=600)
-    cfg = LoopConfig(lam=1.0, K=3, batch_size=64, lr=5e-2, mine_lr=1e-2,
-                     **FRESH_EQUIVALENT[mode])
-    algo = Algorithm1(bench, cfg, seed=0)
+    cfg = MIBackpropConfig(lam=1.0, K=3, batch_size=64, lr=5e-2, mine_lr=1e-2,
+                           **FRESH_EQUIVALENT[mode])
+    algo = MIBackprop(bench, cfg, seed=0)
     seen = _watch_inner_steps(algo)
     algo.run_epoch()
     assert len(seen) == 3 * math.ceil(600 / 64)
@@ -68,8 +68,8 @@ def test_first_k_follows_the_authors_schedule_on_fresh_z():
     # digit_trainer.py: one MINE step per batch of the epoch before any theta step, then K
     # steps on fresh forwards of the epoch's first K batches after every theta step.
     bench = biased_tabular(n=600)
-    cfg = LoopConfig(lam=1.0, K=3, batch_size=64, lr=5e-2, mine_lr=1e-2, inner_z="first_k")
-    algo = Algorithm1(bench, cfg, seed=0)
+    cfg = MIBackpropConfig(lam=1.0, K=3, batch_size=64, lr=5e-2, mine_lr=1e-2, inner_z="first_k")
+    algo = MIBackprop(bench, cfg, seed=0)
     seen = _watch_inner_steps(algo)
     rows: list[torch.Tensor] = []
     phi_loss = algo.mine.phi_loss
@@ -98,9 +98,9 @@ def test_first_k_follows_the_authors_schedule_on_fresh_z():
 def test_a_stale_pool_is_caught_by_the_same_check():
     # Refreshed every 5 outer steps while theta moves (lr 5e-2): its z drift from fresh z.
     bench = biased_tabular(n=600)
-    cfg = LoopConfig(lam=1.0, K=3, batch_size=64, lr=5e-2, mine_lr=1e-2, inner_z="bank",
-                     bank_refresh=5, bank_size=100)
-    algo = Algorithm1(bench, cfg, seed=0)
+    cfg = MIBackpropConfig(lam=1.0, K=3, batch_size=64, lr=5e-2, mine_lr=1e-2, inner_z="bank",
+                           bank_refresh=5, bank_size=100)
+    algo = MIBackprop(bench, cfg, seed=0)
     seen = _watch_inner_steps(algo)
     algo.run_epoch()
     assert max(dz for dz, _, _ in seen) > 1e-3
@@ -112,8 +112,8 @@ def test_pool_as_large_as_the_set_is_the_whole_set_bank_and_matches_fresh():
     for name, extra in {"fresh": {"inner_z": "fresh"},
                         "pool": {"inner_z": "bank", "bank_refresh": 1, "bank_size": 10_000}
                         }.items():
-        cfg = LoopConfig(lam=1.0, K=4, batch_size=64, lr=1e-2, mine_lr=1e-2, **extra)
-        algo = Algorithm1(bench, cfg, seed=0)
+        cfg = MIBackpropConfig(lam=1.0, K=4, batch_size=64, lr=1e-2, mine_lr=1e-2, **extra)
+        algo = MIBackprop(bench, cfg, seed=0)
         stats = algo.run_epoch()
         runs[name] = (stats.mi_batch, algo.evaluate()["mi"],
                       [p.detach().clone() for p in algo.mine.parameters()])
@@ -125,7 +125,7 @@ def test_pool_as_large_as_the_set_is_the_whole_set_bank_and_matches_fresh():
 
 def test_bank_size_is_validated():
     with pytest.raises(ValueError, match="bank_size"):
-        LoopConfig(inner_z="bank", bank_size=1).validate()
+        MIBackpropConfig(inner_z="bank", bank_size=1).validate()
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +133,10 @@ def small_digits(tiny_digits):
     return colored_mnist.build(tiny_digits, 0.03, seed=0)
 
 
-def _digits_epoch(bench, lr: float = 1e-3, **options) -> tuple[Algorithm1, float]:
-    cfg = LoopConfig(lam=1.0, K=2, batch_size=64, lr=lr, mine_lr=lr, inner_z="batch",
-                     **options)
-    algo = Algorithm1(bench, cfg, seed=0)
+def _digits_epoch(bench, lr: float = 1e-3, **options) -> tuple[MIBackprop, float]:
+    cfg = MIBackpropConfig(lam=1.0, K=2, batch_size=64, lr=lr, mine_lr=lr, inner_z="batch",
+                           **options)
+    algo = MIBackprop(bench, cfg, seed=0)
     stats = algo.run_epoch()
     return algo, stats.loss_task
 

@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from tests.test_train import biased_tabular
-from unbiased.train import Algorithm1, LoopConfig
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
 
 
-def _state(algo: Algorithm1) -> list[torch.Tensor]:
+def _state(algo: MIBackprop) -> list[torch.Tensor]:
     """Every tensor a step can move: weights, both Adams' moments and steps, generators."""
     out = [t.detach().clone() for m in algo.modules().values() for t in m.state_dict().values()]
     for opt in (algo.model_opt, algo.mi_opt):
@@ -25,7 +25,7 @@ def _state(algo: Algorithm1) -> list[torch.Tensor]:
     return out + [algo.gen.get_state(), algo.method_gen.get_state()]
 
 
-def _task_only_step(algo: Algorithm1, x, y, c) -> None:
+def _task_only_step(algo: MIBackprop, x, y, c) -> None:
     """What a guarded batch did before the guard moved onto the device: the estimate drawn
     (its shuffle consumes the method's generator), then an Adam step on the task loss alone."""
     z = algo._features(x)
@@ -35,7 +35,7 @@ def _task_only_step(algo: Algorithm1, x, y, c) -> None:
     algo.model_opt.step()
 
 
-def _forcing(algo: Algorithm1, value: str):
+def _forcing(algo: MIBackprop, value: str):
     """lower_bound with its value forced: NaN (its gradient NaN too) or -3 nats (its gradient
     the true one)."""
     true_bound = algo.mine.lower_bound
@@ -51,10 +51,10 @@ def _forcing(algo: Algorithm1, value: str):
 def test_a_masked_mi_step_is_bit_for_bit_a_task_only_step(theta_update, value):
     torch.set_num_threads(1)
     bench = biased_tabular(n=256)
-    cfg = LoopConfig(lam=1.0, K=2, batch_size=64, lr=1e-2, mine_lr=1e-3, inner_z="batch",
-                     theta_update=theta_update, mine_ema_rate=0.01, mine_standardize=True,
-                     mi_guard=True)
-    masked, reference = Algorithm1(bench, cfg, seed=3), Algorithm1(bench, cfg, seed=3)
+    cfg = MIBackpropConfig(lam=1.0, K=2, batch_size=64, lr=1e-2, mine_lr=1e-3, inner_z="batch",
+                           theta_update=theta_update, mine_ema_rate=0.01, mine_standardize=True,
+                           mi_guard=True)
+    masked, reference = MIBackprop(bench, cfg, seed=3), MIBackprop(bench, cfg, seed=3)
     order = torch.randperm(len(bench.train), generator=torch.Generator().manual_seed(0))
     batches = list(bench.train.batches(64, order))
     for algo in (masked, reference):  # two ordinary steps first: both Adams hold moments
@@ -86,9 +86,9 @@ def test_an_unmasked_step_moves_theta_by_its_mi_gradient():
     # The same forcing at +3 nats passes the guard: theta must then differ from a task-only
     # step (otherwise the test above would hold for a guard that masks everything).
     bench = biased_tabular(n=256)
-    cfg = LoopConfig(lam=1.0, K=2, batch_size=64, lr=1e-2, mine_lr=1e-3, inner_z="batch",
-                     mi_guard=True)
-    passed, reference = Algorithm1(bench, cfg, seed=3), Algorithm1(bench, cfg, seed=3)
+    cfg = MIBackpropConfig(lam=1.0, K=2, batch_size=64, lr=1e-2, mine_lr=1e-3, inner_z="batch",
+                           mi_guard=True)
+    passed, reference = MIBackprop(bench, cfg, seed=3), MIBackprop(bench, cfg, seed=3)
     x, y, c = next(bench.train.batches(64))
     true_bound = passed.mine.lower_bound
     passed.mine.lower_bound = lambda z, c, gen=None: (lambda mi: mi - mi.detach() + 3.0)(

@@ -173,10 +173,11 @@ def _digits_config(**over):
 
 
 def _fit(tmp_path, digits, space, name="t"):
-    from trainables.digits import train_digits
+    from trainables.tune_trial import trainable_for
 
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(train_digits, digits=digits), {"cpu": 1}),
+        tune.with_resources(tune.with_parameters(trainable_for("digits"), digits=digits),
+                            {"cpu": 1}),
         param_space=space,
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0),
     )
@@ -343,7 +344,7 @@ def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
 def test_a_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_trials(
         ray_local, tmp_path, checked_at_the_end):
     """SIGKILL to the driver's process group once one trial has finished and the other, a
-    bundle of two grid points (--bundle, trainables/bundle.py), is in its third epoch with its
+    bundle of two grid points (--bundle, unbiased/trial.py), is in its third epoch with its
     second's checkpoint named in Tune's state; that state then made to name the bundle's
     deleted first checkpoint, as a kill right after Tune deleted it leaves it, and Tune's files
     in OUT cut as a kill in the middle of Tune's copy leaves them. No process of its Ray is

@@ -100,7 +100,7 @@ def _round_trip(tmp_path, state):
 @pytest.fixture
 def deterministic():
     """--deterministic for the test (default cuDNN kernels need not repeat on a GPU)."""
-    from trainables.common import set_deterministic
+    from unbiased.trial import set_deterministic
 
     before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
               torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,

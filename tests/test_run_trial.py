@@ -1,6 +1,6 @@
-"""The trial loop driven in-process by a RecordingSession (trainables/session.py), no Ray:
+"""The trial loop driven in-process by a RecordingSession (unbiased/trial.py), no Ray:
 every epoch reported once with a checkpoint, an exact restart, a diverged trial, a device
-error; and a trial bundle (trainables/bundle.py) through the same session."""
+error; and a trial bundle (`run_bundle`) through the same session."""
 
 from __future__ import annotations
 
@@ -9,10 +9,15 @@ import math
 import pytest
 import torch
 
-from trainables.bundle import MEMBERS_KEY, run_bundle
-from trainables.common import InjectedFailure, run_trial
-from trainables.session import RecordingSession, read_checkpoint
 from unbiased.benchmarks.digits import build as build_digits
+from unbiased.trial import (
+    MEMBERS_KEY,
+    InjectedFailure,
+    RecordingSession,
+    read_checkpoint,
+    run_bundle,
+    run_trial,
+)
 
 # Seconds and where a run happened differ between two runs of the same trial.
 CLOCK = {"time_s", "epoch_s", "eval_s", "mi_eval_s", "ckpt_s", "start_epoch", "node",

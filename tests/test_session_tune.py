@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainables.session import RecordingSession, checkpoint_files, read_checkpoint
+from unbiased.trial import RecordingSession, checkpoint_files, read_checkpoint
 
 
 def test_the_recording_session_gives_its_id_and_the_checkpoints_it_was_given():
@@ -24,7 +24,7 @@ def test_under_tune_a_trial_reads_its_id_and_another_trials_last_checkpoint(ray_
     from ray import tune
 
     def trial(config: dict) -> None:  # local: Ray's workers cannot import this file
-        from trainables.session import TuneSession
+        from trainables.tune_trial import TuneSession
 
         session = TuneSession(config)
         me = session.trial_id()

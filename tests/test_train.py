@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from unbiased.data import Benchmark, TensorSplit
+from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig, combine_grads
+from unbiased.mine import mi_eval
 from unbiased.models import MLPFeatures
-from unbiased.train import Algorithm1, LoopConfig, combine_grads, mi_eval
 
 
 def biased_tabular(n: int = 2000, seed: int = 0, agree: float = 0.95,
@@ -30,7 +31,7 @@ def biased_tabular(n: int = 2000, seed: int = 0, agree: float = 0.95,
                      lambda: MLPFeatures(2, z_dim), z_dim=z_dim, c_dim=1)
 
 
-def _params(algo: Algorithm1) -> list[torch.Tensor]:
+def _params(algo: MIBackprop) -> list[torch.Tensor]:
     return [p.detach().clone() for p in [*algo.g.parameters(), *algo.f.parameters()]]
 
 
@@ -38,8 +39,8 @@ def test_lam_zero_is_plain_erm_whatever_mine_does():
     bench = biased_tabular()
     runs = []
     for K in (1, 4):
-        algo = Algorithm1(bench, LoopConfig(lam=0.0, K=K, batch_size=128, lr=1e-2,
-                                            mine_lr=1e-2, inner_z="batch"), seed=0)
+        algo = MIBackprop(bench, MIBackpropConfig(lam=0.0, K=K, batch_size=128, lr=1e-2,
+                                                  mine_lr=1e-2, inner_z="batch"), seed=0)
         algo.run_epoch()
         runs.append(_params(algo))
     for a, b in zip(*runs, strict=True):
@@ -59,14 +60,14 @@ def test_rescaled_mi_gradient_never_exceeds_task_gradient():
 @pytest.mark.parametrize("inner_z", ["fresh", "batch", "bank", "first_k"])
 def test_resume_from_state_dict_continues_exactly(inner_z):
     bench = biased_tabular(n=600)
-    cfg = LoopConfig(lam=1.0, K=3, batch_size=64, lr=1e-2, mine_lr=1e-2, inner_z=inner_z,
-                     mine_ema_rate=0.1)
-    straight = Algorithm1(bench, cfg, seed=1)
+    cfg = MIBackpropConfig(lam=1.0, K=3, batch_size=64, lr=1e-2, mine_lr=1e-2, inner_z=inner_z,
+                           mine_ema_rate=0.1)
+    straight = MIBackprop(bench, cfg, seed=1)
     straight.run_epoch()
     state = straight.state_dict()
     straight.run_epoch()
 
-    resumed = Algorithm1(bench, cfg, seed=99)  # different init: everything must come from state
+    resumed = MIBackprop(bench, cfg, seed=99)  # different init: everything must come from state
     resumed.load_state_dict(state)
     assert resumed.epoch == 1
     resumed.run_epoch()
@@ -87,8 +88,8 @@ def test_mi_goes_down_when_lambda_goes_up(seed: int):
     bench = biased_tabular(agree=0.5, c_noise=0.3, z_dim=4)
     mi, acc = {}, {}
     for lam in (0.0, 1.0):
-        algo = Algorithm1(bench, LoopConfig(lam=lam, K=10, batch_size=200, lr=1e-2,
-                                            mine_lr=1e-2, inner_z="fresh"), seed=seed)
+        algo = MIBackprop(bench, MIBackpropConfig(lam=lam, K=10, batch_size=200, lr=1e-2,
+                                                  mine_lr=1e-2, inner_z="fresh"), seed=seed)
         for _ in range(30):
             algo.run_epoch()
         acc[lam] = algo.evaluate()["train_acc"]
@@ -100,22 +101,22 @@ def test_mi_goes_down_when_lambda_goes_up(seed: int):
 
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="lam must be >= 0"):
-        LoopConfig(lam=-1).validate()
+        MIBackpropConfig(lam=-1).validate()
     with pytest.raises(ValueError, match="K must be >= 1"):
-        LoopConfig(K=0).validate()
+        MIBackpropConfig(K=0).validate()
     with pytest.raises(ValueError, match="inner_z"):
-        LoopConfig(inner_z="bank?").validate()
+        MIBackpropConfig(inner_z="bank?").validate()
     with pytest.raises(ValueError, match="mine_optimizer"):
-        LoopConfig(mine_optimizer="rmsprop").validate()
+        MIBackpropConfig(mine_optimizer="rmsprop").validate()
 
 
 def test_bank_refreshed_every_step_computes_the_same_mi_as_fresh():
     bench = biased_tabular(n=600)
     runs = {}
     for mode in ("fresh", "bank"):
-        cfg = LoopConfig(lam=1.0, K=4, batch_size=64, lr=1e-2, mine_lr=1e-2, inner_z=mode,
-                         bank_refresh=1)
-        algo = Algorithm1(bench, cfg, seed=0)
+        cfg = MIBackpropConfig(lam=1.0, K=4, batch_size=64, lr=1e-2, mine_lr=1e-2, inner_z=mode,
+                               bank_refresh=1)
+        algo = MIBackprop(bench, cfg, seed=0)
         stats = algo.run_epoch()
         runs[mode] = (stats.mi_batch, algo.evaluate()["mi"],
                       [p.detach().clone() for p in algo.mine.parameters()])
@@ -130,9 +131,9 @@ def test_stale_bank_differs_from_fresh():
     bench = biased_tabular(n=600)
     mis = []
     for mode, refresh in (("fresh", 1), ("bank", 5)):
-        cfg = LoopConfig(lam=1.0, K=4, batch_size=64, lr=5e-2, mine_lr=1e-2, inner_z=mode,
-                         bank_refresh=refresh)
-        algo = Algorithm1(bench, cfg, seed=0)
+        cfg = MIBackpropConfig(lam=1.0, K=4, batch_size=64, lr=5e-2, mine_lr=1e-2, inner_z=mode,
+                               bank_refresh=refresh)
+        algo = MIBackprop(bench, cfg, seed=0)
         mis.append(algo.run_epoch().mi_batch)
     assert mis[0] != pytest.approx(mis[1], abs=1e-6)
 
@@ -144,9 +145,9 @@ def test_theta_update_separate_gives_the_mi_gradient_an_adam_of_its_own(theta_up
     # ~lr * (1 + lam); joint: one Adam step on the sum moves every element by at most ~lr.
     bench = biased_tabular(n=256)
     lr, lam = 1e-3, 2.0
-    cfg = LoopConfig(lam=lam, K=2, batch_size=256, lr=lr, mine_lr=1e-2, inner_z="batch",
-                     theta_update=theta_update)
-    algo = Algorithm1(bench, cfg, seed=0)
+    cfg = MIBackpropConfig(lam=lam, K=2, batch_size=256, lr=lr, mine_lr=1e-2, inner_z="batch",
+                           theta_update=theta_update)
+    algo = MIBackprop(bench, cfg, seed=0)
     before = [p.detach().clone() for p in algo.g.parameters()]
     algo.run_epoch()
     moved = max(float((p.detach() - b).abs().max())
@@ -161,12 +162,12 @@ def test_theta_update_separate_gives_the_mi_gradient_an_adam_of_its_own(theta_up
 
 def test_theta_update_is_validated_and_irrelevant_at_lam_zero():
     with pytest.raises(ValueError, match="theta_update"):
-        LoopConfig(theta_update="both").validate()
+        MIBackpropConfig(theta_update="both").validate()
     bench = biased_tabular(n=300)
     runs = []
     for mode in ("separate", "joint"):
-        algo = Algorithm1(bench, LoopConfig(lam=0.0, K=2, batch_size=100, lr=1e-2,
-                                            inner_z="batch", theta_update=mode), seed=0)
+        algo = MIBackprop(bench, MIBackpropConfig(lam=0.0, K=2, batch_size=100, lr=1e-2,
+                                                  inner_z="batch", theta_update=mode), seed=0)
         algo.run_epoch()
         runs.append(_params(algo))
     for a, b in zip(*runs, strict=True):
@@ -196,11 +197,11 @@ def test_mi_guard_skips_the_mi_step_exactly_when_the_estimate_is_negative():
     # must take task-only steps on the first batches and MI steps after, and count them.
     bench = biased_tabular(n=640)
     cfg = dict(lam=1.0, K=1, batch_size=64, lr=1e-2, mine_lr=1e-4, inner_z="batch")
-    guarded = Algorithm1(bench, LoopConfig(**cfg, mi_guard=True), seed=0)
+    guarded = MIBackprop(bench, MIBackpropConfig(**cfg, mi_guard=True), seed=0)
     stats = guarded.run_epoch()
     assert 0 < guarded.guarded_steps < guarded.theta_steps == 10
     assert stats.guarded_frac == guarded.guarded_steps / 10
-    plain = Algorithm1(bench, LoopConfig(**cfg), seed=0)
+    plain = MIBackprop(bench, MIBackpropConfig(**cfg), seed=0)
     assert math.isnan(plain.run_epoch().guarded_frac)
     for a, b in zip(_params(guarded), _params(plain), strict=True):
         assert not torch.equal(a, b)  # the skipped MI steps changed the run
@@ -210,13 +211,13 @@ def test_mi_guard_step_on_a_negative_batch_is_plain_erm():
     # One batch per epoch: when its estimate is negative, the guarded step must move g and f
     # exactly as an ERM step (lam = 0, same seed and data order) does.
     bench = biased_tabular(n=64)
-    cfg = LoopConfig(lam=1.0, K=1, batch_size=64, lr=1e-2, mine_lr=1e-12, inner_z="batch",
-                     mine_optimizer="sgd", mi_guard=True)
+    cfg = MIBackpropConfig(lam=1.0, K=1, batch_size=64, lr=1e-2, mine_lr=1e-12, inner_z="batch",
+                           mine_optimizer="sgd", mi_guard=True)
     for seed in range(20):
-        algo = Algorithm1(bench, cfg, seed=seed)
-        erm = Algorithm1(bench, LoopConfig(lam=0.0, K=1, batch_size=64, lr=1e-2,
-                                           mine_lr=1e-12, inner_z="batch",
-                                           mine_optimizer="sgd"), seed=seed)
+        algo = MIBackprop(bench, cfg, seed=seed)
+        erm = MIBackprop(bench, MIBackpropConfig(lam=0.0, K=1, batch_size=64, lr=1e-2,
+                                                 mine_lr=1e-12, inner_z="batch",
+                                                 mine_optimizer="sgd"), seed=seed)
         algo.run_epoch()
         erm.run_epoch()
         if algo.guarded_steps == 1:

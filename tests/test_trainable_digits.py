@@ -59,7 +59,7 @@ def test_two_epoch_trial_reports_twice_with_checkpoint(default_trial):
     # mi_eval only at the end of the trial
     assert math.isnan(df["mi_eval"].iloc[0]) and math.isfinite(df["mi_eval"].iloc[1])
     assert result.checkpoint is not None and result.state["epoch"] == 2
-    from trainables.common import machine_id
+    from unbiased.trial import machine_id
 
     assert set(df["machine"]) == {machine_id()} and machine_id()
 

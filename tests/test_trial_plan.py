@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from trainables.common import Plan
 from unbiased.settings import TrialSettings
+from unbiased.trial import Plan
 
 
 def test_a_bare_config_gets_the_settings_defaults():

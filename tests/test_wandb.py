@@ -95,7 +95,7 @@ def test_every_point_is_a_run_of_its_own_written_out_when_the_experiment_ends(
     from types import SimpleNamespace
 
     from sweeps.trackers.wandb_runs import _trial_runs_callback
-    from trainables.bundle import MEMBERS_KEY
+    from unbiased.trial import MEMBERS_KEY
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

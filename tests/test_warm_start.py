@@ -10,10 +10,9 @@ import pytest
 
 from tests.conftest import SMALL_NET
 from tests.drivers import run_main
-from trainables.common import WarmStartError, run_trial
-from trainables.session import RecordingSession
 from unbiased.benchmarks.digits import build as build_digits
 from unbiased.settings import WARM_FROM
+from unbiased.trial import RecordingSession, WarmStartError, run_trial
 
 # A warm trial at an lr too small to move g and f: its first epoch's train_acc is then the
 # baseline's last, and a fresh start's (an untrained LeNet) would be far from it.

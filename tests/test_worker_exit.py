@@ -1,4 +1,4 @@
-"""A trial's worker keeps the raylet's SIGTERM quiet (trainables/common.py:
+"""A trial's worker keeps the raylet's SIGTERM quiet (trainables/tune_trial.py:
 quiet_sigterm_in_worker): with Ray's own handler, one landing in the interpreter's teardown
 or in a weakref callback printed a SystemExit traceback in the driver's output."""
 
@@ -31,7 +31,7 @@ def raylet_sigterm():  # registered first: runs last, as the raylet's signal com
 signal.signal(signal.SIGTERM, rays_handler)
 atexit.register(raylet_sigterm)
 if {ignore}:
-    from trainables.common import quiet_sigterm_in_worker
+    from trainables.tune_trial import quiet_sigterm_in_worker
     quiet_sigterm_in_worker()
     quiet_sigterm_in_worker()  # once per process, however many trials the actor ran
 sys.exit(0)
@@ -60,7 +60,7 @@ def rays_handler(signum, frame):  # ray/_private/worker.py: main_loop's sigterm_
 
 signal.signal(signal.SIGTERM, rays_handler)
 if {quiet}:
-    from trainables.common import quiet_sigterm_in_worker
+    from trainables.tune_trial import quiet_sigterm_in_worker
     quiet_sigterm_in_worker()
 
 class Tensor:

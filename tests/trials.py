@@ -1,7 +1,7 @@
 """A trial run in the test's own process, as Tune runs it but without Ray: `run_recorded`
-drives `run_trial` (trainables/common.py) through a `RecordingSession`, and restarts it from
+drives `run_trial` (unbiased/trial.py) through a `RecordingSession`, and restarts it from
 its last checkpoint when it raises, as Tune does with `max_failures`. Each checkpoint goes
-through the bytes Tune's adapter writes (trainables/session.py), so a restart here reads
+through the same bytes as under Tune (`checkpoint_files`), so a restart here reads
 what a restart under Tune reads."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from trainables.common import run_trial
-from trainables.session import RecordingSession, read_checkpoint
 from unbiased.benchmarks import benchmark_spec
+from unbiased.trial import RecordingSession, read_checkpoint, run_trial
 
 
 @dataclass

@@ -143,11 +143,21 @@ def own_fields(cls: type) -> list[dataclasses.Field]:
 # lam = 0 trial whose checkpoint it starts from (`warm_start`).
 WARM_FROM = "warm_from"
 
+# A sweep's trial has its grid point under this config key (sweeps/core.py). Here, torch- and
+# ray-free, so that the trial loop (unbiased/trial.py) and the sweeps read it from one place.
+POINT_KEY = "point"
+
+
+def flat_config(config: dict) -> dict:
+    """A trial's config with its grid point's keys at the top level."""
+    return {**{k: v for k, v in config.items() if k != POINT_KEY},
+            **(config.get(POINT_KEY) or {})}
+
 
 @dataclass
 class TrialSettings:
     """What the trainable reads from a trial's config besides the method's settings
-    (trainables/common.py, run_trial), with the values it takes when the config lacks one."""
+    (unbiased/trial.py, run_trial), with the values it takes when the config lacks one."""
 
     device: str = setting("auto", "training device (auto: cuda when the trial has a GPU)",
                           choices=DEVICES)

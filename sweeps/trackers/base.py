@@ -12,8 +12,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweeps.common import SweepError, flat_config
+from sweeps.common import SweepError
 from unbiased.benchmarks import all_specs
+from unbiased.settings import flat_config
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,9 +45,9 @@ def metrics_of(result: dict) -> dict[str, float]:
 
 def grid_points(trial) -> list[tuple[str, dict]]:
     """(trial id, flat config) of each grid point a Tune trial trains: itself, or each member
-    of a `--bundle` trial (trainables/bundle.py), whose id is the trial's + "_m<i>" as in
+    of a `--bundle` trial (unbiased/trial.py), whose id is the trial's + "_m<i>" as in
     results.parquet."""
-    from trainables.bundle import MEMBERS_KEY, member_configs, member_key
+    from unbiased.trial import MEMBERS_KEY, member_configs, member_key
 
     config = flat_config(trial.config)
     if MEMBERS_KEY not in config:
@@ -58,7 +59,7 @@ def grid_points(trial) -> list[tuple[str, dict]]:
 def member_result(result: dict, index: int) -> dict | None:
     """A bundle member's part of a trial's result (its keys without their "m<i>/"), None when
     it reported nothing this epoch (it diverged earlier)."""
-    from trainables.bundle import member_key
+    from unbiased.trial import member_key
 
     prefix = f"{member_key(index)}/"
     own = {k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}

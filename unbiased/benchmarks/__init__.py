@@ -1,7 +1,7 @@
 """The benchmark registry: one line per benchmark, its name -> the module whose `SPEC`
 (unbiased.benchmarks.spec.BenchmarkSpec) says everything it brings.
 
-The sweeps (`python -m sweeps NAME`), the generic trainable (trainables/benchmark.py), the
+The sweeps (`python -m sweeps NAME`), the generic trainable (trainables/tune_trial.py), the
 results columns and the analysis's tables all read this registry. Importing it, or a spec
 module it names, must not import torch or ray: the analysis reads the specs torch-free. A
 spec module imports its data code (torch) inside the functions that need it.

@@ -1,44 +1,55 @@
-"""The benchmark-independent part of a Tune function trainable.
+"""A trial: where each of its per-epoch rows comes from. Every sweep, `piece` and test trains
+a grid point through `run_trial` (or `run_bundle`) here, and nothing here imports Ray.
 
 `run_trial` trains the config's `method` (unbiased.methods.METHODS, default mi_backprop) for
-`epochs` epochs on a built benchmark, reports once per epoch with a checkpoint to its session
-(trainables/session.py: Tune's, or a test's), and on a restart continues from the session's
-checkpoint at the next epoch with the model, MINE, optimiser and RNG states it had. The final
-report also carries `mi_eval`: MI measured by a fresh statistics network trained on the
-frozen training features, `mi_eval_cond` (the same with c shuffled within each label) and
-`selected_epoch`: the last epoch, or with `select_epoch = "lowest_mi"` the epoch the
-label-free lowest-MI rule picks over the run (mi_eval is then measured every epoch; the final
-checkpoint holds that epoch's g and f under "selected").
+`epochs` epochs on a built benchmark and reports one row of metrics per epoch, with a
+checkpoint, to its session; on a restart it continues from the session's checkpoint at the
+next epoch with the model, MINE, optimiser and RNG states it had. The final report also
+carries `mi_eval`: MI measured by a fresh statistics network trained on the frozen training
+features, `mi_eval_cond` (the same with c shuffled within each label) and `selected_epoch`:
+the last epoch, or with `select_epoch = "lowest_mi"` the epoch the label-free lowest-MI rule
+picks over the run (mi_eval is then measured every epoch; the final checkpoint holds that
+epoch's g and f under "selected").
+
+The session (`TrialSession`) is what a trial needs from whoever runs it: it takes each
+epoch's report and checkpoint, gives back the checkpoint to continue from, says where the
+trial runs, and can read another trial's last checkpoint of the same sweep (a warm start from
+a baseline trained before it). A checkpoint is one state per member of the trial (a plain
+trial has one member, ""; a bundle one per grid point), made files by `checkpoint_files` in
+the trial (so its `ckpt_s` counts the writing) and read back by `read_checkpoint`: every
+session stores the same bytes. `TuneSession` (trainables/tune_trial.py) is Ray Tune's;
+`RecordingSession` keeps the reports and the last checkpoint's bytes in memory (the tests and
+`python -m sweeps piece` drive the loop with it, without Ray).
+
+A trial bundle (`--bundle N`, `run_bundle`) trains several grid points as one trial. Its
+config holds the settings the points share and, under "members", each point (its lam, seed,
+data axes...). Each member is a whole mi_backprop trial (its benchmark built from its own
+config, its plan, stopping rule, checkpoint state); `MIBackpropBundle`
+(unbiased/methods/bundle.py) trains them together, and everything after the training of an
+epoch (evaluation, MI estimates, the stopping rule, the selected epoch) is as in run_trial,
+per member. One report per epoch carries every member's metrics under "m<i>/" and the trial's
+`epoch`; its checkpoint holds a file per member. A member that diverges reports it once, is
+frozen, and its checkpoint keeps the reason; the others go on.
 """
 
 from __future__ import annotations
 
-import atexit
-import functools
-import logging
+import io
 import math
 import os
-import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Protocol
 
 import torch
 
-from trainables.session import (
-    CHECKPOINT_FILE,
-    TrialSession,
-    TuneSession,
-    checkpoint_files,
-    machine_id,
-    read_checkpoint,
-)
 from unbiased.data import Benchmark
 from unbiased.methods import DEFAULT_METHOD, EpochStats, make_method
-from unbiased.settings import WARM_FROM, TrialSettings, trial_rule_problems
+from unbiased.methods.bundle import MIBackpropBundle
+from unbiased.mine import mi_eval
+from unbiased.settings import WARM_FROM, TrialSettings, flat_config, trial_rule_problems
 from unbiased.stopping import (
     CRITERION,
     SELECT_EPOCH_RULES,
@@ -46,11 +57,113 @@ from unbiased.stopping import (
     could_be_picked,
     pick_epoch,
 )
-from unbiased.train import mi_eval
 
-__all__ = ["CHECKPOINT_FILE", "machine_id", "run_trial", "Plan", "DeviceError", "pick_device"]
 # The seed of the selected epoch's second estimate is the trial seed plus this.
 REESTIMATE_SEED_OFFSET = 7_919
+
+
+# A plain trial's checkpoint file (every sweep before bundles wrote this name); a bundle
+# member's is state_<member>.pt.
+CHECKPOINT_FILE = "state.pt"
+
+
+class TrialSession(Protocol):
+    def restore(self) -> dict[str, bytes] | None:
+        """The files of the last checkpoint (None: a fresh start)."""
+
+    def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
+        """One report (an epoch, or a trial's end), with a checkpoint's files."""
+
+    def where(self) -> dict[str, str]:
+        """The node and machine columns of every epoch."""
+
+    def gpu_ids(self) -> list:
+        """The GPUs the runner gave this trial (empty: none)."""
+
+    def trial_id(self) -> str:
+        """This trial's id (Tune's, or the recording session's)."""
+
+    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
+        """The files of another trial's last checkpoint in this sweep (None: it has none)."""
+
+
+def checkpoint_name(member: str) -> str:
+    return CHECKPOINT_FILE if member == "" else f"state_{member}.pt"
+
+
+def checkpoint_files(states: dict[str, dict]) -> dict[str, bytes]:
+    """The files of a checkpoint: torch.save of each member's state."""
+    files = {}
+    for member, state in states.items():
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        files[checkpoint_name(member)] = buffer.getvalue()
+    return files
+
+
+def read_checkpoint(files: dict[str, bytes]) -> dict[str, dict]:
+    """The states of a checkpoint's files, by member. On the CPU: RNG states must stay CPU
+    byte tensors (map_location=cuda moved them onto the GPU, and every restore on a GPU
+    crashed); load_state_dict copies weights and optimiser states onto the trial's device."""
+    states = {}
+    for name, data in files.items():
+        if name == CHECKPOINT_FILE:
+            member = ""
+        elif name.startswith("state_") and name.endswith(".pt"):
+            member = name[len("state_"):-len(".pt")]
+        else:
+            continue
+        states[member] = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    return states
+
+
+def machine_id() -> str:
+    """Which machine ran an epoch, across sessions and Ray restarts (hostnames repeat: every
+    development machine here is `vm`): /etc/machine-id's first 12 characters, else the
+    hostname. Per-epoch numbers differ across machines (docs/MEASURED.md), so comparisons
+    are made within one."""
+    try:
+        with open("/etc/machine-id") as f:
+            return f.read().strip()[:12] or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+class RecordingSession:
+    """Reports kept in memory with the last checkpoint's files: a test drives run_trial with
+    it, restarts from `checkpoint` (a new session given the old one's), and reads `reports`."""
+
+    def __init__(self, checkpoint: dict[str, bytes] | None = None,
+                 gpus: list | None = None, trial_id: str = "recorded",
+                 others: dict[str, dict[str, bytes]] | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.reports: list[dict] = []
+        self.checkpoints = 0  # reports that came with a checkpoint
+        self.gpus = gpus or []
+        self.id = trial_id
+        self.others = others or {}  # other trials' last checkpoints, by trial id
+
+    def restore(self) -> dict[str, bytes] | None:
+        return None if self.checkpoint is None else dict(self.checkpoint)
+
+    def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
+        self.reports.append(dict(metrics))
+        if checkpoint is not None:
+            self.checkpoint = dict(checkpoint)
+            self.checkpoints += 1
+
+    def where(self) -> dict[str, str]:
+        return {"node": socket.gethostname(), "node_id": "local", "machine": machine_id()}
+
+    def gpu_ids(self) -> list:
+        return list(self.gpus)
+
+    def trial_id(self) -> str:
+        return self.id
+
+    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
+        files = self.others.get(trial_id)
+        return None if files is None else dict(files)
 
 
 class InjectedFailure(RuntimeError):
@@ -333,11 +446,6 @@ def report_with_checkpoint(session: TrialSession, states: dict[str, dict], metri
     session.report(metrics, files)
 
 
-def trial_config(config: dict) -> dict:
-    """A sweep's trial has its grid point under "point" (sweeps/core.py): flattened."""
-    return {**{k: v for k, v in config.items() if k != "point"}, **(config.get("point") or {})}
-
-
 def trial_device(config: dict, session: TrialSession) -> torch.device | None:
     """The trial's device; None when it cannot have the one it was given, which is then
     reported, not raised: Tune would retry a raised error max_failures times."""
@@ -349,43 +457,11 @@ def trial_device(config: dict, session: TrialSession) -> torch.device | None:
         return None
 
 
-@functools.cache  # once per worker process, however many trials its actor runs
-def quiet_sigterm_in_worker() -> None:
-    """Keep the raylet's SIGTERM out of the driver's output. The raylet SIGTERMs an actor's
-    worker as soon as it disconnects (a finished or stopped trial) and SIGKILLs it 200 ms
-    later; Ray's handler raises SystemExit wherever the main thread is. Inside a weakref
-    callback or a __del__ that exception cannot propagate, and Python printed its traceback
-    ("Exception ignored in ... SystemExit: 1"), which reached the driver after trials ended
-    and on a stopped sweep. The worker is ending anyway: the SIGKILL
-    still comes.
-    - Once the interpreter exits, SIGTERM is ignored: atexit runs this handler in the main
-      thread (where signal.signal is allowed) before the teardown of modules and weak
-      references, and before Ray's own atexit shutdown (registered earlier, run later).
-    - Before that, an unraisable SystemExit is dropped silently; every other unraisable
-      exception still goes to the hook that was there."""
-    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
-    sys.unraisablehook = _drop_unraisable_system_exit(sys.unraisablehook)
-
-
-def _drop_unraisable_system_exit(previous: Callable[[Any], object]) -> Callable[[Any], None]:
-    def hook(unraisable: Any) -> None:
-        if not isinstance(unraisable.exc_value, SystemExit):
-            previous(unraisable)
-    return hook
-
-
-def start_trial(config: dict, session: TrialSession | None
-                ) -> tuple[dict, TrialSession, torch.device | None]:
-    """What every trial does first: its session (Tune's unless given), its flat config, as
-    many torch threads as CPUs it was given, and its device (None: it cannot have the one it
-    was given, which was reported)."""
-    if session is None:
-        # Tune logs every checkpoint at INFO from the worker; the driver prints progress.
-        logging.getLogger("ray.train").setLevel(logging.WARNING)
-        logging.getLogger("ray.tune").setLevel(logging.WARNING)
-        quiet_sigterm_in_worker()
-        session = TuneSession(config)
-    config = trial_config(config)
+def start_trial(config: dict, session: TrialSession
+                ) -> tuple[dict, torch.device | None]:
+    """What every trial does first: its flat config, as many torch threads as CPUs it was
+    given, and its device (None: it cannot have the one it was given, which was reported)."""
+    config = flat_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
     problems = trial_rule_problems(config)
@@ -396,7 +472,7 @@ def start_trial(config: dict, session: TrialSession | None
         torch.backends.cuda.matmul.allow_tf32 = bool(config.get("tf32", _TRIAL.tf32))
     if device is not None and config.get("deterministic"):
         set_deterministic(device)
-    return config, session, device
+    return config, device
 
 
 def precision(config: dict, device: torch.device) -> str:
@@ -415,11 +491,10 @@ def epoch_columns(config: dict, device: torch.device, session: TrialSession) -> 
     return {**session.where(), "precision": precision(config, device)}
 
 
-def run_trial(config: dict, build: Callable[[dict], Benchmark],
-              session: TrialSession | None = None) -> None:
+def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSession) -> None:
     """Train one trial. `build(config)` returns the benchmark (on CPU); `session` is Tune's
-    unless given (a test's RecordingSession)."""
-    config, session, device = start_trial(config, session)
+    (trainables/tune_trial.py) or a RecordingSession."""
+    config, device = start_trial(config, session)
     if device is None:
         return
     config = {**config, "device": str(device)}  # the build puts its tensors there too
@@ -477,3 +552,91 @@ def close_epoch(algo, plan: Plan, rule: StoppingRecords | None, metrics: dict,
         # mi_eval's seconds, not the checkpoint's: ckpt_s starts after them.
         ckpt_start += select_epoch(algo, plan, rule, state, metrics)
     return state, ckpt_start
+
+
+# A trial bundle (module docstring).
+MEMBERS_KEY = "members"  # a bundle trial's config: its grid points under this key
+WATCHED = ("loss_task", "penalty", "mi_batch", "mi")
+
+
+def member_key(index: int) -> str:
+    return f"m{index}"
+
+
+def member_configs(config: dict) -> list[dict]:
+    """Each member's whole config: the shared settings and its own point."""
+    shared = {k: v for k, v in config.items() if k != MEMBERS_KEY}
+    return [{**shared, **point} for point in config[MEMBERS_KEY]]
+
+
+def run_bundle(config: dict, build: Callable[[dict], Benchmark], session: TrialSession) -> None:
+    """Train a bundle trial (module docstring, "A trial bundle")."""
+    config, device = start_trial(config, session)
+    if device is None:
+        return
+    configs = [{**c, "device": str(device)} for c in member_configs(config)]
+    plans = [Plan.of(c) for c in configs]
+    algos = [make_method(p.method, build(c).to(device), c, seed=p.seed, device=device)
+             for p, c in zip(plans, configs, strict=True)]
+    plans = [p.for_lam(a.cfg.lam) for p, a in zip(plans, algos, strict=True)]
+    keys = [member_key(i) for i in range(len(algos))]
+
+    files = session.restore()
+    states = read_checkpoint(files) if files is not None else {}
+    diverged = {key: states[key]["diverged"] for key in keys
+                if "diverged" in states.get(key, {})}
+    for key, algo in zip(keys, algos, strict=True):
+        if key in states and key not in diverged:
+            for note in algo.load_state_dict(states[key]):
+                print(f"restore {key}: {note}", flush=True)
+    reached = max((a.epoch for a in algos), default=0)
+    for key, algo in zip(keys, algos, strict=True):
+        if key in diverged:
+            algo.epoch = reached  # frozen where it was; it keeps the others' step
+    rules = [StoppingRecords(p.criterion, states.get(k)) if p.stopping else None
+             for p, k in zip(plans, keys, strict=True)]
+    # On a GPU the critic's shuffles of all members come in one draw a step (unbiased/
+    # methods/bundle.py, DRAWS); on a CPU each member draws its own, as its run alone.
+    bundle = MIBackpropBundle(algos, draws="batched" if device.type == "cuda" else "exact")
+    for i, key in enumerate(keys):
+        if key in diverged:
+            bundle.freeze(i)
+    start_epoch = reached + 1
+    where = epoch_columns(config, device, session)
+    fail_at = plans[0].fail_at
+
+    for epoch in range(start_epoch, plans[0].epochs + 1):
+        if epoch == fail_at and not states:
+            raise InjectedFailure(f"injected failure at epoch {epoch} (fail_once_at_epoch)")
+        epoch_start = time.perf_counter()
+        stats = bundle.run_epoch()
+        report: dict = {"epoch": epoch}
+        kept: dict[str, dict] = {}
+        ckpt_start = None
+        for i, key in enumerate(keys):
+            if key in diverged:
+                kept[key] = {"diverged": diverged[key], "epoch": epoch}
+                continue
+            metrics = train_epoch(algos[i], epoch, start_epoch, where, stats=stats[i])
+            state, started = close_epoch(algos[i], plans[i], rules[i], metrics, WATCHED)
+            if state is None:  # this member diverged: frozen from here on
+                diverged[key] = str(metrics["diverged"])
+                bundle.freeze(i)
+                kept[key] = {"diverged": diverged[key], "epoch": epoch}
+            else:
+                kept[key] = state
+                ckpt_start = started if ckpt_start is None else min(ckpt_start, started)
+            report.update({f"{key}/{k}": v for k, v in metrics.items()})
+        checkpoint = checkpoint_files(kept)
+        now = time.perf_counter()
+        report["ckpt_s"] = now - (ckpt_start if ckpt_start is not None else now)
+        report["epoch_s"] = now - epoch_start
+        for key in keys:
+            if f"{key}/epoch" in report:
+                report[f"{key}/ckpt_s"] = report["ckpt_s"]
+                report[f"{key}/epoch_s"] = report["epoch_s"]
+        if len(diverged) == len(keys):
+            report["diverged"] = "every member diverged"  # the trial ends here
+        session.report(report, checkpoint)
+        if len(diverged) == len(keys):
+            return

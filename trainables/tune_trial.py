@@ -1,0 +1,146 @@
+"""The Ray Tune side of a trial: the one function trainable of every registered benchmark
+(`trainable_for`) and the session it gives the trial loop (`TuneSession`). The loop itself is
+unbiased/trial.py, which never imports Ray.
+
+A trial trains on `SPEC.build(config, **loaded)` of its benchmark (unbiased.benchmarks), where
+`loaded` is what the driver's `SPEC.load` read once and `tune.with_parameters` put in the
+object store (`tune.with_parameters(trainable_for("digits"), digits=grey_digits)`); without it
+a build reads its own data. A trial of several grid points (`--bundle`) is `run_bundle`'s.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from trainables.record import TRIALS_DIR, Records, trial_key_of
+from unbiased.benchmarks import benchmark_spec
+from unbiased.settings import flat_config
+from unbiased.trial import MEMBERS_KEY, machine_id, run_bundle, run_trial
+
+
+def trainable_for(name: str) -> Callable[..., None]:
+    """The trainable of one benchmark, named `train_<name>`: Tune names a sweep's trials after
+    its trainable, and a sweep keeps the names it had (a --resume of a sweep started before
+    finds its trials). Config keys: benchmark; method and its config fields
+    (unbiased/methods), seed, epochs, device, num_threads, mi_eval_steps, select_epoch
+    (unbiased/trial.py); the benchmark's data axes and build keys (its SPEC);
+    fail_once_at_epoch (tests only)."""
+    spec = benchmark_spec(name)
+
+    def train(config: dict, **loaded: object) -> None:
+        run = run_bundle if MEMBERS_KEY in flat_config(config) else run_trial
+        run(config, lambda cfg: spec.build(cfg, **loaded), tune_session(config))
+
+    train.__name__ = train.__qualname__ = f"train_{name}"
+    return train
+
+
+def tune_session(config: dict) -> TuneSession:
+    """The session of a trial in a Ray worker, the worker's logging and SIGTERM quietened."""
+    # Tune logs every checkpoint at INFO from the worker; the driver prints progress.
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    quiet_sigterm_in_worker()
+    return TuneSession(config)
+
+
+class TuneSession:
+    """The session of a Ray Tune function trainable. The trial's rows and checkpoints go to
+    its record in the sweep's storage (trainables/record.py), which every launch and every
+    restart reads; Tune gets each report without a checkpoint (its scheduler, progress,
+    trackers and searchers read the metrics). `config`: the trial's config as Tune gave it."""
+
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.records: Records | None = None
+        self.rows: list[dict] = []
+        self.restored: dict[str, bytes] | None = None
+
+    def _record(self) -> Records:
+        """The sweep's records, and this trial's own read once: its rows and checkpoint."""
+        if self.records is None:
+            from ray import tune
+
+            storage = tune.get_context().get_storage()
+            self.records = Records(storage.storage_filesystem,
+                                   f"{storage.experiment_fs_path}/{TRIALS_DIR}")
+            self.key = trial_key_of(self.config) or self.trial_id()
+            record = self.records.read(self.key)
+            if record is not None and record.checkpoint is not None:
+                self.rows = record.rows
+                self.restored = self.records.checkpoint(record)
+            else:
+                self.records.start(self.key, flat_config(self.config))
+        return self.records
+
+    def restore(self) -> dict[str, bytes] | None:
+        self._record()
+        return self.restored
+
+    def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
+        from ray import tune
+
+        records = self._record()
+        self.rows.append(dict(metrics))
+        records.write(self.key, self.rows, checkpoint)
+        tune.report(metrics)
+
+    def where(self) -> dict[str, str]:
+        # Hostnames repeat across Ray nodes on one machine (and in some clusters); node ids not.
+        # Under Slurm (slurm/sweep.sbatch), the node Slurm named: the Ray node started there
+        # passes SLURMD_NODENAME on to its workers.
+        import ray
+
+        return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+                "node_id": ray.get_runtime_context().get_node_id(), "machine": machine_id()}
+
+    def gpu_ids(self) -> list:
+        import ray
+
+        try:
+            return list(ray.get_gpu_ids()) if ray.is_initialized() else []
+        except Exception:  # noqa: BLE001 - outside a worker Ray may refuse; then there are none
+            return []
+
+    def trial_id(self) -> str:
+        from ray import tune
+
+        return tune.get_context().get_trial_id()
+
+    def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
+        records = self._record()
+        record = records.read(key)
+        return None if record is None else records.checkpoint(record)
+
+
+@functools.cache  # once per worker process, however many trials its actor runs
+def quiet_sigterm_in_worker() -> None:
+    """Keep the raylet's SIGTERM out of the driver's output. The raylet SIGTERMs an actor's
+    worker as soon as it disconnects (a finished or stopped trial) and SIGKILLs it 200 ms
+    later; Ray's handler raises SystemExit wherever the main thread is. Inside a weakref
+    callback or a __del__ that exception cannot propagate, and Python printed its traceback
+    ("Exception ignored in ... SystemExit: 1"), which reached the driver after trials ended
+    and on a stopped sweep. The worker is ending anyway: the SIGKILL
+    still comes.
+    - Once the interpreter exits, SIGTERM is ignored: atexit runs this handler in the main
+      thread (where signal.signal is allowed) before the teardown of modules and weak
+      references, and before Ray's own atexit shutdown (registered earlier, run later).
+    - Before that, an unraisable SystemExit is dropped silently; every other unraisable
+      exception still goes to the hook that was there."""
+    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
+    sys.unraisablehook = _drop_unraisable_system_exit(sys.unraisablehook)
+
+
+def _drop_unraisable_system_exit(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, SystemExit):
+            previous(unraisable)
+    return hook
