@@ -106,10 +106,10 @@ def test_numbers_are_written_as_numbers(tmp_path):
 
 def test_keys_name_the_grid_point_the_same_way_every_time():
     point = {"sigma": 0.03, "method": "mi_backprop", "lam": 1.0, "seed": 0, "K": 40}
-    assert trial_key([point]) == "sigma=0.03,method=mi_backprop,lam=1.0,seed=0,K=40"
-    assert trial_key([{**point, WARM_FROM: "sigma=0.03,method=mi_backprop,lam=0.0,seed=0"}]
+    assert trial_key([point]) == "sigma=0.03_method=mi_backprop_lam=1.0_seed=0_K=40"
+    assert trial_key([{**point, WARM_FROM: "sigma=0.03_method=mi_backprop_lam=0.0_seed=0"}]
                      ) == trial_key([point])
-    assert trial_key([point, {**point, "lam": 2.0}]).endswith(",K=40+1")
+    assert trial_key([point, {**point, "lam": 2.0}]).endswith("_K=40+1")
 
 
 def test_finished_means_the_last_epoch_or_a_stop_of_its_own():

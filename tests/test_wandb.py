@@ -128,6 +128,8 @@ def test_every_point_is_a_run_of_its_own_written_out_when_the_experiment_ends(
     for path in (tmp_path / "wandb").glob("offline-run-*/run-*.wandb"):
         run_id, history = offline_history(path)
         runs[run_id] = {step: m["test_acc"] for step, m in history.items()}
-    assert runs == {"t1": {1: 0.1, 2: 0.2}, "t2_m0": {1: 0.6, 2: 0.7}, "t2_m1": {1: 0.3}}
+    # a point's run is named by its record's key (a trial without a point: Tune's id)
+    assert runs == {"t1": {1: 0.1, 2: 0.2}, "lam=0.0_seed=0": {1: 0.6, 2: 0.7},
+                    "lam=0.0_seed=1": {1: 0.3}}
     warnings = [line for line in capfd.readouterr().err.splitlines() if "W&B run" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: W&B run t3: start failed")

@@ -60,7 +60,7 @@ def test_the_baselines_a_warm_trial_starts_from_run_in_a_launch_before_it():
     from sweeps.core import warm_parts
 
     base = {"sigma": 0.03, "method": "lntl", "lam": 0.0, "seed": 0}
-    warm = {**base, "lam": 0.01, WARM_FROM: "sigma=0.03,method=lntl,lam=0.0,seed=0"}
+    warm = {**base, "lam": 0.01, WARM_FROM: "sigma=0.03_method=lntl_lam=0.0_seed=0"}
     other = {**base, "sigma": 0.02, "lam": 0.01}  # starts from a baseline finished earlier
     assert warm_parts([base, warm, other]) == [[base], [warm, other]]
     assert warm_parts([other]) == [[other]]
@@ -76,8 +76,8 @@ def test_dry_run_says_which_trial_each_starts_from():
              if line.split()[:1] and line.split()[0].isdigit()]
     # trial, method, sigma, lam, seed, starts_from (the baseline's record)
     assert [(row[3], row[5]) for row in table] == [
-        ("0.0", "-"), ("0.01", "sigma=0.03,method=lntl,lam=0.0,seed=0"),
-        ("0.0", "-"), ("0.01", "sigma=0.02,method=lntl,lam=0.0,seed=0")]
+        ("0.0", "-"), ("0.01", "sigma=0.03_method=lntl_lam=0.0_seed=0"),
+        ("0.0", "-"), ("0.01", "sigma=0.02_method=lntl_lam=0.0_seed=0")]
 
 
 def test_done_runs_again_a_baseline_a_trial_still_to_run_starts_from(tmp_path):

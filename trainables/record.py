@@ -36,10 +36,11 @@ _CHECKPOINT = "_checkpoint"  # in a row: {"dir": "<n>", "files": [...]} of its c
 
 def trial_key(points: list[dict]) -> str:
     """A trial's name in its sweep: its grid point's values, in the point's order
-    (`sigma=0.03,method=mi_backprop,lam=1.0,seed=0,K=40`); a bundle's, its first member's
-    with the number of the others. The same flags give the same keys in every launch; which
-    trial a warm start starts from is not part of the point."""
-    first = ",".join(f"{k}={v}" for k, v in points[0].items()
+    (`sigma=0.03_method=mi_backprop_lam=1.0_seed=0_K=40`: characters every store and tracker
+    takes; W&B refuses commas); a bundle's, its first member's with the number of the
+    others. The same flags give the same keys in every launch; which trial a warm start
+    starts from is not part of the point."""
+    first = "_".join(f"{k}={v}" for k, v in points[0].items()
                      if k != WARM_FROM and v is not None)
     return first if len(points) == 1 else f"{first}+{len(points) - 1}"
 

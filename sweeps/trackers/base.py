@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sweeps.common import SweepError
 from unbiased.benchmarks import all_specs
-from unbiased.settings import flat_config
+from unbiased.settings import POINT_KEY, flat_config
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,16 +44,19 @@ def metrics_of(result: dict) -> dict[str, float]:
 
 
 def grid_points(trial) -> list[tuple[str, dict]]:
-    """(trial id, flat config) of each grid point a Tune trial trains: itself, or each member
-    of a `--bundle` trial (unbiased/trial.py), whose id is the trial's + "_m<i>" as in
-    results.parquet."""
-    from unbiased.trial import MEMBERS_KEY, member_configs, member_key
+    """(key, flat config) of each grid point a Tune trial trains: itself, or each member of a
+    `--bundle` trial (unbiased/trial.py). The key is the point's record's
+    (trainables/record.py), as results.parquet's trial_id: every launch of a sweep logs a
+    point into the same run, whatever id Tune gives its trial."""
+    from trainables.record import trial_key
+    from unbiased.trial import MEMBERS_KEY, member_configs
 
     config = flat_config(trial.config)
     if MEMBERS_KEY not in config:
-        return [(trial.trial_id, config)]
-    return [(f"{trial.trial_id}_{member_key(i)}", member)
-            for i, member in enumerate(member_configs(config))]
+        point = trial.config.get(POINT_KEY)
+        return [(trial_key([point]) if point else trial.trial_id, config)]
+    return [(trial_key([member]), full) for member, full
+            in zip(config[MEMBERS_KEY], member_configs(config), strict=True)]
 
 
 def member_result(result: dict, index: int) -> dict | None:
