@@ -202,6 +202,8 @@ def trial_points(rows: pd.DataFrame, config: dict, key: str
         own = own.rename(columns={c: c[len(prefix):] for c in own.columns})
         if "epoch" in own.columns:
             own = own[own["epoch"].notna()].astype({"epoch": "int64"})
+        if own.empty:  # the bundle never reported an epoch (an error before its first)
+            own = pd.DataFrame({"epoch": [0]})
         if "device_error" in rows.columns and rows["device_error"].notna().any():
             # the trial could not have its device: every member stopped with it
             own = own.assign(device_error=rows["device_error"].dropna().iloc[-1])

@@ -93,8 +93,13 @@ def test_a_bundled_sweep_writes_a_trial_per_point_and_logs_a_run_per_point(
     assert len(df) == 12 and df["trial_id"].nunique() == 6
     assert all(sorted(epochs) == [1, 2] for _, epochs in df.groupby("trial_id")["epoch"])
     assert df.groupby("trial_id")["selected"].sum().eq(1).all()
-    members = df[df["trial_id"].str.contains(r"_m\d$")]
-    assert members["trial_id"].nunique() == 3 and (members["method"] == "mi_backprop").all()
+    # every row's trial_id is its point's record key, bundled or not
+    assert set(df["trial_id"]) == {f"sigma={s}_method={m}_lam={lam}_seed=0" + ("_K=2" if m ==
+                                   "mi_backprop" else "") for s in (0.03, 0.045)
+                                   for m, lams in (("mi_backprop", (0.0, 1.0)), ("hsic", (1.0,)))
+                                   for lam in lams}
+    members = df[df["method"] == "mi_backprop"]
+    assert members["trial_id"].nunique() == 4
     for _, row in members.iterrows():  # each member's own config, lam and sigma
         config = json.loads(row["config"])
         assert "members" not in config
@@ -144,18 +149,18 @@ def test_a_bundled_sweep_writes_a_trial_per_point_and_logs_a_run_per_point(
 
 
 def test_a_bundle_trial_reads_as_a_trial_per_member():
-    # Each member's own columns, its epochs, its id; a device error stops every member.
-    from sweeps.results_frame import bundle_members
+    # Each member's own columns, its epochs, its key; a device error stops every member.
+    from sweeps.done import trial_points
 
     config = {"epochs": 2, "members": [{"lam": 0.0}, {"lam": 1.0}]}
     df = pd.DataFrame({"epoch": [1, 2], "m0/epoch": [1, 2], "m0/train_acc": [.5, .6],
                        "m1/epoch": [1, None], "m1/diverged": ["diverged at epoch 1", None]})
-    (a, ca, ia, _), (b, cb, ib, _) = bundle_members(df, config, "t_00000", None)
-    assert (ia, ib) == ("t_00000_m0", "t_00000_m1")
+    (ia, ca, a), (ib, cb, b) = trial_points(df, config, "lam=0.0+1")
+    assert (ia, ib) == ("lam=0.0", "lam=1.0")  # each member's own record key
     assert ca == {"epochs": 2, "lam": 0.0} and cb == {"epochs": 2, "lam": 1.0}
     assert list(a["epoch"]) == [1, 2] and list(a["train_acc"]) == [.5, .6]
     assert list(b["epoch"]) == [1] and b["diverged"].iloc[0].startswith("diverged")
     failed = pd.DataFrame({"epoch": [0], "device_error": ["device 'cuda' with GPUs [0]"]})
-    for own, _, _, _ in bundle_members(failed, config, "t_00001", None):
+    for _, _, own in trial_points(failed, config, "lam=0.0+1"):
         assert list(own["epoch"]) == [0] and own["device_error"].iloc[0].startswith("device")
-    assert bundle_members(df, {"lam": 1.0}, "t", None) == [(df, {"lam": 1.0}, "t", None)]
+    assert trial_points(df, {"lam": 1.0}, "t") == [("t", {"lam": 1.0}, df)]

@@ -138,25 +138,28 @@ def test_a_grid_stopped_by_ctrl_c_leaves_nothing_behind_and_resumes_in_order(
 
     resumed = _in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert f"1 of 4 trials finished in {out / 'done_epochs.csv'}" in resumed.stdout
-    finished = re.findall(r"finished \d+/\d+: (.*)", stopped.rest + resumed.stdout)
+    # The rows --done took over became the point's record, and the trial the stop cut off
+    # may have written its last epoch's record before it ended: the resume reads both there.
+    done = int(re.search(r"resume: (\d) of 4 trials already finished", resumed.stdout)[1])
     grid = [f"method=mi_backprop sigma=0.03 lam={lam} K=2 seed={seed}"
-            for seed in range(2) for lam in ("0.0", "1.0")][1:]  # lam 0 seed 0 taken over
-    assert [f.strip() for f in finished] == grid, finished
+            for seed in range(2) for lam in ("0.0", "1.0")]
+    finished = re.findall(r"finished \d+/\d+: (.*)", resumed.stdout)
+    assert done in (1, 2) and [f.strip() for f in finished] == grid[done:], finished
     # the 2 trials that had not started are not listed one warning line each on resume
     assert "Failed to fetch metrics" not in resumed.stdout + resumed.stderr
     df = pd.read_parquet(out / "results.parquet")
     assert df.groupby(["lam", "seed"])["epoch"].nunique().eq(2).all() and len(df) == 8
     taken = df[(df["lam"] == 0.0) & (df["seed"] == 0)].sort_values("epoch")
     assert taken["test_acc"].round(6).tolist() == [0.5, 0.6]  # the CSV's, not a re-run
-    assert taken["trial_id"].eq("abc_00000").all()
+    assert taken["trial_id"].eq("sigma=0.03_method=mi_backprop_lam=0.0_seed=0_K=2").all()
 
 
 def test_a_trial_taken_over_keeps_its_stopping_rules_warning(tmp_path):
     # Its own run ended "ok; no epoch with a usable ...": the stopping rule's note lives only
     # in that status, and the table's warning list must still show it after --done.
-    from sweeps.done import done_trials, read_done, split_done
+    from sweeps.done import import_done, point_records
     from sweeps.results_frame import results_frame
+    from trainables.record import Records
 
     note = ("no epoch with a usable mi_eval_cond (NaN or below its prediction floor): "
             "last epoch")
@@ -164,10 +167,11 @@ def test_a_trial_taken_over_keeps_its_stopping_rules_warning(tmp_path):
     rows["status"] = "ok; " + note
     rows.to_csv(tmp_path / "e.csv", index=False)
     keys = ("method", "K", "sigma", "lam", "seed")
-    point = {"method": "mi_backprop", "K": 2, "sigma": 0.03, "lam": 0.0, "seed": 0}
-    todo, done = split_done(tmp_path / "e.csv", read_done(tmp_path / "e.csv", keys), [point],
-                            {"epochs": 2, "lr": 0.001})
-    assert todo == [] and len(done) == 1
-    df = results_frame([], "digits_grid", "digits", {"sigma": "sigma"},
-                       done=done_trials(done, {"epochs": 2}))
+    point = {"sigma": 0.03, "method": "mi_backprop", "lam": 0.0, "seed": 0, "K": 2}
+    records, fixed = Records.at(str(tmp_path / "tune"), "g"), {"epochs": 2, "lr": 0.001}
+    assert import_done(records, tmp_path / "e.csv", keys, [point], fixed) == 1
+    (key, (rows, config, _, finished)), = point_records(records, fixed, [point]).items()
+    assert finished and key == "sigma=0.03_method=mi_backprop_lam=0.0_seed=0_K=2"
+    df = results_frame([(rows, config, key, None)], "digits_grid", "digits",
+                       {"sigma": "sigma"})
     assert set(df["status"]) == {"ok; " + note}

@@ -7,7 +7,6 @@ TRACKERS. The functions below run every tracker the sweep asked for (or was star
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,8 +51,8 @@ def hints(args: SweepArgs, storage: str) -> list[str]:
     tracker's."""
     # (No Tune run, no event files: a --done run that had every trial already.)
     local = "://" not in storage
-    lines = ([f"TensorBoard: tensorboard --logdir {shlex.quote(storage)}"]
-             if not local or os.path.isdir(storage) else [])
+    events = not local or any(Path(storage).rglob("events.out.tfevents.*"))
+    lines = [f"TensorBoard: tensorboard --logdir {shlex.quote(storage)}"] if events else []
     for tracker in active(args):
         lines += tracker.hints(args)
     return lines
