@@ -24,7 +24,7 @@ import pandas as pd  # noqa: E402
 
 from sweeps import trackers  # noqa: E402
 from sweeps.cli import build_parser, resolve  # noqa: E402
-from sweeps.common import POINT_KEY, SweepError, fail  # noqa: E402
+from sweeps.common import SweepError, fail  # noqa: E402
 from sweeps.core import trial_errors  # noqa: E402
 from sweeps.digits_grid import BENCH, GRID, bias_strength, load_digits  # noqa: E402
 from sweeps.done import finished, point_records  # noqa: E402
@@ -40,6 +40,7 @@ from sweeps.ray_init import check_resources, init_ray  # noqa: E402
 from sweeps.results_frame import all_ok, results_frame  # noqa: E402
 from sweeps.runner import run_tuner  # noqa: E402
 from trainables.record import Records  # noqa: E402
+from unbiased.settings import POINT_KEY  # noqa: E402
 
 EXPERIMENT = "lambda_search"
 OBJECTIVES = ["mi_eval", "train_acc"]

@@ -88,7 +88,7 @@ def test_a_trial_on_a_device_it_cannot_use_stops_once_with_one_line(ray_local, t
     assert grid[0].error is None  # reported, not raised: Tune does not retry it
     rows = grid[0].metrics_dataframe
     assert len(rows) == 1 and "device 'cuda'" in rows["device_error"].iloc[0]
-    df = results_frame(grid, "digits_grid", "digits", {"sigma": "sigma", "lam": "lam",
-                                                       "K": "K", "seed": "seed",
-                                                       "epochs": "epochs"})
+    df = results_frame([(rows, config, "t", grid[0].error)], "digits_grid", "digits",
+                       {"sigma": "sigma", "lam": "lam", "K": "K", "seed": "seed",
+                        "epochs": "epochs"})
     assert df["status"].iloc[0].startswith("error: device 'cuda' with no GPU from Ray, but ")

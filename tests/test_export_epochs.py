@@ -94,3 +94,26 @@ def test_a_benchmark_without_sigma_keeps_one_trial_per_data_point(tmp_path, caps
     rows.assign(sigma=float("nan")).to_parquet(run / "results.parquet")
     out = _export(run, tmp_path / "parquet.csv", capsys=capsys)
     assert "4 epochs of 2 trials" in out
+
+
+def test_a_stopped_sweeps_records_are_its_rows(tmp_path, capsys):
+    # A sweep stopped mid-way (no results.parquet) run with records (trainables/record.py):
+    # each grid point's rows come from its record, a bundle's members each a trial of their
+    # own, with the key the sweep's results would give them.
+    from trainables.record import Records
+
+    records = Records.at(str(tmp_path / "tune"), "digits_grid")
+    plain = {"sigma": 0.03, "method": "lntl", "lam": 0.01, "seed": 1}
+    records.start("p", {"lr": 1e-3, "epochs": 3, **plain})
+    records.write("p", [{"epoch": e, "train_acc": 0.9, "test_acc": 0.5} for e in (1, 2)], None)
+    members = [{"sigma": 0.03, "method": "mi_backprop", "lam": lam, "seed": 0, "K": 2}
+               for lam in (0.0, 1.0)]
+    records.start("b", {"lr": 1e-3, "epochs": 3, "members": members})
+    records.write("b", [{"epoch": 1, "m0/epoch": 1, "m0/test_acc": 0.4, "m1/epoch": 1,
+                         "m1/test_acc": 0.3}], {"state_m0.pt": b"", "state_m1.pt": b""})
+    dest = tmp_path / "epochs.csv"
+    assert "3 epochs of 3 trials" in _export(tmp_path, dest, capsys=capsys)
+    rows = pd.read_csv(dest).set_index("trial_id")
+    assert rows.loc["sigma=0.03_method=mi_backprop_lam=1.0_seed=0_K=2", "test_acc"] == 0.3
+    assert list(rows.loc["p", "epoch"]) == [1, 2]
+    assert json.loads(rows.loc["p", "config"].iloc[0])["lr"] == 1e-3

@@ -4,7 +4,6 @@ presets."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -54,7 +53,7 @@ def test_asha_is_accepted_and_ranks_on_train_acc(capsys):
     assert isinstance(scheduler, ASHAScheduler)
     assert scheduler.metric == "train_acc" and ray_private.scheduler_mode(scheduler) == "max"
     fifo = make_scheduler(resolve(parser, "digits", DIGITS, []))  # by default
-    assert type(fifo).__name__ == "GridOrderScheduler"  # FIFO in the grid's order
+    assert fifo is None  # Tune's FIFO: trials start in the order the grid lists them
     with pytest.raises(SystemExit) as exc:
         resolve(parser, "digits", DIGITS, ["--scheduler", "hyperband"])
     assert exc.value.code == 2 and "--scheduler" in capsys.readouterr().err.splitlines()[-1]
@@ -63,12 +62,11 @@ def test_asha_is_accepted_and_ranks_on_train_acc(capsys):
 def test_a_trial_the_scheduler_stopped_is_not_a_failure():
     from sweeps.results_frame import STOPPED_EARLY, all_ok, results_frame
 
-    def result(tid: str, epochs_run: int) -> SimpleNamespace:
-        metrics = pd.DataFrame({"epoch": range(1, epochs_run + 1), "trial_id": tid,
-                                "train_acc": 0.5, "mi": 0.1, "node_id": "n1"})
-        return SimpleNamespace(metrics_dataframe=metrics, error=None, path=f"/x/{tid}",
-                               config={"lam": 1.0, "K": 2, "seed": 0, "sigma": 0.03,
-                                       "epochs": 4})
+    def result(tid: str, epochs_run: int) -> tuple:
+        metrics = pd.DataFrame({"epoch": range(1, epochs_run + 1), "train_acc": 0.5,
+                                "mi": 0.1, "node_id": "n1"})
+        config = {"lam": 1.0, "K": 2, "seed": 0, "sigma": 0.03, "epochs": 4}
+        return metrics, config, tid, None
     df = results_frame([result("a", 4), result("b", 1)], "digits_grid", "digits",
                        {"sigma": "sigma", "lam": "lam", "K": "K", "seed": "seed",
                         "epochs": "epochs"})
