@@ -4,6 +4,7 @@ presets."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -88,13 +89,14 @@ def test_search_flags_and_k_ablation_presets(capsys):
     assert len(K_ABLATION["paper"]["sigma"]) * 3 * len(K_ABLATION["paper"]["seeds"]) == 63
 
 
-def test_tiny_search_writes_results_and_pareto(ray_local, tmp_path):
+def test_tiny_search_writes_results_and_pareto_and_resumes(ray_local, tmp_path, capsys):
     from sweeps.lambda_search import main
 
     out = tmp_path / "search"
-    rc = main(["--sigma", "0.03", "--samples", "2", "--K", "2,3", "--lam-range", "0.1,10",
-               "--epochs", "1", "--batch-size", "256", "--mi-eval-steps", "30",
-               "--device", "cpu", *SMALL_NET, *ONE_AT_A_TIME, "--out", str(out)])
+    args = ["--sigma", "0.03", "--K", "2,3", "--lam-range", "0.1,10", "--epochs", "1",
+            "--batch-size", "256", "--mi-eval-steps", "30", "--device", "cpu", *SMALL_NET,
+            *ONE_AT_A_TIME, "--out", str(out)]
+    rc = main([*args, "--samples", "2"])
     assert rc == 0
     df = pd.read_parquet(out / "results.parquet")
     assert df["trial_id"].nunique() == 2 and (df["experiment"] == "lambda_search").all()
@@ -105,6 +107,16 @@ def test_tiny_search_writes_results_and_pareto(ray_local, tmp_path):
     assert np.isin(front["trial_id"], df["trial_id"]).all()
     assert "Chosen:" in (out / "pareto.md").read_text()
     assert (out / "table.md").exists()
+
+    # Resumed with a larger budget: the study goes on from its finished trials' records
+    # (their objectives are its first trials), which are not run again.
+    capsys.readouterr()
+    assert main([*args, "--samples", "3", "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "resume: study lambda_search_sigma0.03_seed0: 2 of 3 trials finished" in printed
+    assert len(re.findall(r"finished \d/3: ", printed)) == 1, printed
+    again = pd.read_parquet(out / "results.parquet")
+    assert again["trial_id"].nunique() == 3 and set(df["trial_id"]) < set(again["trial_id"])
 
 
 @pytest.mark.parametrize("driver", ["digits_grid", "german_grid", "k_ablation",
