@@ -19,7 +19,7 @@ from sweeps.cli import SweepArgs
 from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import STOPPED_EARLY, finished
-from sweeps.signals import StopSignals
+from sweeps.signals import StopSignals, stopper
 from trainables.record import Records, trial_key_of
 from unbiased.settings import flat_config
 
@@ -41,7 +41,7 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     with StopSignals(args) as stop:
         try:
             grid = tuner.fit()
-        except KeyboardInterrupt:  # a second signal, or one before Tune's loop listened
+        except KeyboardInterrupt:  # a second signal
             if stop.received is None:
                 raise
     results = list(grid) if grid is not None else []
@@ -76,6 +76,7 @@ def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_s
         run_config=tune.RunConfig(
             name=experiment, storage_path=storage,
             failure_config=tune.FailureConfig(max_failures=args.max_failures),
+            stop=stopper(),
             verbose=0,
             callbacks=[progress_callback(param_keys, n_trials + n_done, n_done),
                        *trackers.callbacks(args, param_keys)],

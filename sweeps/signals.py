@@ -1,5 +1,5 @@
-"""A sweep stopped by SIGTERM or SIGINT: Tune saves its state, the driver takes its Ray down
-and says how to resume."""
+"""A sweep stopped by SIGTERM or SIGINT: Tune stops the trials (each keeps its finished
+epochs in its record), the driver takes its Ray down and says how to resume."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import os
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sweeps import ray_private
 from sweeps.ending import StopWatch, gcs_address
 
 if TYPE_CHECKING:
@@ -23,8 +23,10 @@ class QuietUnstarted(logging.Filter):
     lines for a Table 1 grid, above our own line on what finished and how to continue).
     While active (`when()` true), that one warning is dropped; every other record passes."""
 
-    LOGGER = ray_private.UNSTARTED_LOGGER
-    MESSAGE = ray_private.UNSTARTED_MESSAGE
+    # Tune's warning, when results are read, for each trial that has none yet: a module
+    # logger of ray.tune.analysis, this text (log text, not an API).
+    LOGGER = "ray.tune.analysis.experiment_analysis"
+    MESSAGE = "Failed to fetch metrics"
 
     def __init__(self, when: Callable[[], bool] = lambda: True) -> None:
         super().__init__()
@@ -41,12 +43,32 @@ class QuietUnstarted(logging.Filter):
         logging.getLogger(self.LOGGER).removeFilter(self)
 
 
+STOP = threading.Event()  # a stop signal came: `stopper()` ends Tune's run
+
+
+def stopper():
+    """Tune's stopper of every sweep (RunConfig(stop=...), Tune's public way to end a run
+    from outside): the whole run ends at Tune's next step once STOP is set."""
+    from ray import tune
+
+    class StopOnSignal(tune.Stopper):
+        def __call__(self, trial_id: str, result: dict) -> bool:
+            return False
+
+        def stop_all(self) -> bool:
+            import sweeps.signals  # by name: Tune pickles its stopper with the run's config
+
+            return sweeps.signals.STOP.is_set()
+
+    return StopOnSignal()
+
+
 class StopSignals:
     """SIGTERM (`timeout`, a batch scheduler, `kill`) and SIGINT (Ctrl-C) during a sweep: Tune
-    stops the trials and saves its state (ray_private.ask_tune_to_stop), then the driver
-    shuts down the Ray it started and says how to resume. Without this, SIGTERM killed the
-    driver alone and left its trial workers training. A second signal stops at once. A
-    StopWatch ends the driver should Ray hold it after the signal (sweeps/ending.py)."""
+    stops the trials (`stopper`), then the driver shuts down the Ray it started and says how
+    to resume. Without this, SIGTERM killed the driver alone and left its trial workers
+    training. A second signal stops at once. A StopWatch ends the driver should Ray hold it
+    after the signal (sweeps/ending.py)."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -60,6 +82,7 @@ class StopSignals:
         # Tune's own SIGINT handler would hide a Ctrl-C from us; one path for both signals.
         self._env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        STOP.clear()
         for sig in self.SIGNALS:
             self._before[sig] = signal.signal(sig, self._handle)
         self._quiet.__enter__()
@@ -77,14 +100,12 @@ class StopSignals:
             os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = self._env
 
     def _handle(self, signum: int, frame: object) -> None:
-        if self.received is not None or not ray_private.tune_listens_for_stop():
-            # A second signal, or one before Tune's loop is listening: stop now.
-            self.received = signum
+        if self.received is not None:  # a second signal: stop now
             raise KeyboardInterrupt
         self.received = signum
-        print(f"{signal.Signals(signum).name} received: stopping the trials and saving the "
-              f"sweep's state (send it again to stop at once)", file=sys.stderr, flush=True)
-        ray_private.ask_tune_to_stop()  # Tune ends the run after this step
+        print(f"{signal.Signals(signum).name} received: stopping the trials (their finished "
+              f"epochs are kept; send it again to stop at once)", file=sys.stderr, flush=True)
+        STOP.set()  # Tune ends the run at its next step
 
     def stopped_line(self, signum: int | None = None) -> str:
         name = signal.Signals(signum or self.received or signal.SIGTERM).name

@@ -75,3 +75,17 @@ def with_text(text: str) -> dict[int, str]:
         if fields[0] != "Z":
             found[int(entry.name)] = fields[19]
     return found
+
+
+def ray_temp_dir() -> Path:
+    """Ray's default temp dir (/tmp/ray), where sessions live: ray._common.utils
+    .get_default_ray_temp_dir (private), read without starting Ray."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return Path(get_default_ray_temp_dir())
+
+
+def driver_sessions(ray_temp: Path, pid: int) -> list[Path]:
+    """The session directories of the Ray a driver started: a head node names its session
+    session_<start time>_<pid of the process that started it> (ray._private.node.Node)."""
+    return sorted(ray_temp.glob(f"session_*_{pid}"))

@@ -1,6 +1,6 @@
 """What `ray up cluster.yaml` puts on a node, and whether the README's cluster commands run
 there as written: rsync with the very flags Ray's command runner builds from the YAML
-(sweeps/ray_private.py: rsync_filter_args) copies this checkout into a temporary home, as the
+(rsync_filter_args below) copies this checkout into a temporary home, as the
 file mount `~/unbiased-mi: .` does, and each sweep command the README gives for the cluster
 runs in it with `--dry-run`. rsync is what `ray up` ships files with: without it these tests
 fail, saying so (make test installs it: tools/system_packages.sh)."""
@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps import ray_private
-
 ROOT = Path(__file__).resolve().parents[1]
 MOUNT = "unbiased-mi"  # cluster.yaml: file_mounts ~/unbiased-mi: .
 
@@ -34,7 +32,7 @@ def node_home(tmp_path_factory) -> Path:
     assert cluster["file_mounts"] == {f"~/{MOUNT}": "."}
     home = tmp_path_factory.mktemp("node")
     # Ray runs `rsync -avz FLAGS ./ node:~/unbiased-mi` (a directory's source ends in "/").
-    copied = subprocess.run([rsync, "-az", *ray_private.rsync_filter_args(cluster), "./",
+    copied = subprocess.run([rsync, "-az", *rsync_filter_args(cluster), "./",
                              f"{home / MOUNT}/"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     assert copied.returncode == 0, copied.stderr
@@ -87,3 +85,15 @@ def test_the_readmes_cluster_commands_run_on_what_reaches_the_head(node_home):
         assert ran.returncode == 0, (command, ran.stdout[-1500:] + ran.stderr[-1500:])
         assert "trials" in ran.stdout, (command, ran.stdout[-1500:])
         assert shlex.split(command)[-1] == "auto"  # it joins the cluster's Ray
+
+
+def rsync_filter_args(cluster: dict) -> list[str]:
+    """The rsync flags `ray up` uses for the file mounts of the cluster YAML `cluster`: the
+    autoscaler's command runner turns rsync_exclude and rsync_filter into them
+    (SSHCommandRunner._create_rsync_filter_args, private; no state of the runner read) and
+    runs `rsync -avz FLAGS SRC/ NODE:DST` for each file mount."""
+    from ray.autoscaler._private.command_runner import SSHCommandRunner
+
+    options = {"rsync_exclude": cluster.get("rsync_exclude"),
+               "rsync_filter": cluster.get("rsync_filter")}
+    return SSHCommandRunner._create_rsync_filter_args(None, options)

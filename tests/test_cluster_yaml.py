@@ -18,9 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _validate(config: dict) -> dict:
-    from sweeps.ray_private import check_cluster_config
+    # cluster.yaml as `ray up` checks it, offline: Ray's AWS defaults merged in, then its
+    # schema and rules (ray.autoscaler._private.util: Ray has no public offline validator).
+    from ray.autoscaler._private.util import prepare_config, validate_config
 
-    return check_cluster_config(copy.deepcopy(config))
+    prepared = prepare_config(copy.deepcopy(config))
+    validate_config(prepared)
+    return prepared
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sweeps.ray_private import driver_sessions, ray_temp_dir
 from tests.conftest import SMALL_NET
-from tests.processes import alive, descendants, with_text
+from tests.processes import alive, descendants, driver_sessions, ray_temp_dir, with_text
 
 # every test runs a local sweep in a driver process and signals it
 pytestmark = [pytest.mark.ray, pytest.mark.system]
@@ -132,7 +131,7 @@ def test_sigterm_to_the_process_group_saves_stops_and_resumes_into_the_same_trac
                                    stderr=subprocess.PIPE, text=True)
         stdout, stderr_text = resumed.communicate(timeout=900)
         assert resumed.returncode == 0, stdout[-2000:] + stderr_text[-2000:]
-        assert "resuming " in stdout, stdout[-2000:]
+        assert re.search(r"resume: [01] of 2 trials already finished", stdout), stdout[-2000:]
         # The resumed run's Ray is gone too.
         sessions = [str(d) for d in driver_sessions(ray_temp_dir(), resumed.pid)]
         assert sessions and not any(_left({}, d) for d in sessions), sessions

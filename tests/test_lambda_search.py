@@ -45,14 +45,13 @@ def test_lowest_mi_rule_on_the_front():
 def test_asha_is_accepted_and_ranks_on_train_acc(capsys):
     from ray.tune.schedulers import ASHAScheduler
 
-    from sweeps import ray_private
     from sweeps.runner import make_scheduler
 
     parser = build_parser("digits_grid.py", "x", DIGITS)
     args = resolve(parser, "digits", DIGITS, ["--scheduler", "asha", "--epochs", "8"])
     scheduler = make_scheduler(args)
     assert isinstance(scheduler, ASHAScheduler)
-    assert scheduler.metric == "train_acc" and ray_private.scheduler_mode(scheduler) == "max"
+    assert scheduler.metric == "train_acc" and scheduler._mode == "max"  # no public mode
     fifo = make_scheduler(resolve(parser, "digits", DIGITS, []))  # by default
     assert fifo is None  # Tune's FIFO: trials start in the order the grid lists them
     with pytest.raises(SystemExit) as exc:

@@ -1,21 +1,17 @@
 """Each Ray and Tune internal sweeps/ray_private.py relies on, checked against the installed Ray:
 a Ray upgrade that renames, reshapes or drops one fails here, by name, instead of in a sweep
-(a resume that cannot repair or reorder Tune's state, a stop that saves nothing, a lost
-MLflow run). Shapes are read off Ray itself (signatures, class attributes, the names a function
-looks up); file and JSON layouts and the stop signal off one tiny real Tune run."""
+(Ray's processes in the driver's group, idle workers, a lost MLflow run). Shapes are read off
+Ray itself (signatures, class attributes, the names a function looks up). The public API
+the sweeps use instead of internals (the stop on a signal) is checked on one tiny Tune run."""
 
 from __future__ import annotations
 
 import inspect
-import json
-import logging
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -34,188 +30,57 @@ def looks_up(fn, name: str) -> bool:
     return name in fn.__code__.co_names
 
 
-@pytest.fixture(scope="module")
-def tiny_run(ray_local, tmp_path_factory):
-    """Three trials, one at a time (2 CPUs each on the 2 of ray_local), under the grid-order
-    scheduler; at the first result a callback notes the signal handlers in place and asks
-    Tune to stop (ray_private.ask_tune_to_stop), as StopSignals does on SIGTERM."""
+@pytest.mark.ray
+def test_the_sweeps_stopper_ends_tunes_run_at_its_next_step(ray_local, tmp_path):
+    """StopSignals sets STOP on SIGTERM/SIGINT; the stopper every sweep's Tuner runs with
+    (Tune's public Stopper) then ends the whole run: the trial running stops after a step,
+    the waiting ones never start."""
+    import ray.cloudpickle
     from ray import tune
 
-    from sweeps.scheduling import GridOrderScheduler
+    from sweeps import signals
 
     def report_steps(config: dict) -> None:  # local: Ray's workers cannot import this file
         for step in range(1, STEPS + 1):
             tune.report({"step": step, "x": config["x"]})
             time.sleep(STEP_S)
 
-    seen: dict[str, object] = {}
-
-    class Watch(tune.Callback):
+    class StopAtFirstResult(tune.Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
-            if "listening" not in seen:
-                seen["listening"] = ray_private.tune_listens_for_stop()
-                seen["sigint"] = signal.getsignal(signal.SIGINT)
-                ray_private.ask_tune_to_stop()
+            signals.STOP.set()
 
-    class Messages(logging.Handler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.messages: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.messages.append(record.getMessage())
-
-    storage = tmp_path_factory.mktemp("tune")
-    name = f"ray_adapter_{os.getpid()}"  # one of its own among the machine's Ray sessions
-    messages = Messages()
-    logger = logging.getLogger(ray_private.UNSTARTED_LOGGER)
-    logger.addHandler(messages)
-    before = signal.signal(ray_private.STOP_SIGNAL, signal.SIG_DFL)  # an earlier fit's
-    listening_before = ray_private.tune_listens_for_stop()
-    sigint_before = signal.getsignal(signal.SIGINT)
-    env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
-    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # as StopSignals sets it
+    stopper = signals.stopper()
+    assert ray.cloudpickle.loads(ray.cloudpickle.dumps(stopper)).stop_all() is False
+    signals.STOP.clear()
     try:
-        trainable = tune.with_resources(report_steps, {"cpu": 2})
-        tuner = tune.Tuner(
-            trainable, param_space={"x": tune.grid_search([0, 1, 2])},
-            tune_config=tune.TuneConfig(scheduler=GridOrderScheduler()),
-            run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=0,
-                                      callbacks=[Watch()]))
-        grid = tuner.fit()
-        grid = list(grid)
+        grid = tune.Tuner(
+            tune.with_resources(report_steps, {"cpu": 2}),  # one at a time
+            param_space={"x": tune.grid_search([0, 1, 2])},
+            run_config=tune.RunConfig(name="stop", storage_path=str(tmp_path), verbose=0,
+                                      stop=stopper, callbacks=[StopAtFirstResult()])).fit()
     finally:
-        logger.removeHandler(messages)
-        signal.signal(ray_private.STOP_SIGNAL, before)
-        if env is None:
-            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
-        else:
-            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = env
-    return SimpleNamespace(name=name, exp=storage / name, trainable=trainable, grid=grid,
-                           seen=seen, messages=messages.messages,
-                           listening_before=listening_before, sigint_before=sigint_before)
+        signals.STOP.clear()
+    steps = [r.metrics["step"] for r in grid if "step" in (r.metrics or {})]
+    assert len(steps) == 1, steps  # the others never started
+    assert steps[0] < STEPS  # the run ended after a step, not the last
 
 
-# -- Tune's experiment directory ---------------------------------------------------------------
+def test_tune_names_the_trials_without_results_in_this_warning():
+    from ray.tune.analysis import experiment_analysis
 
-def test_state_file_names_are_tunes():
-    from ray.tune.callback import CallbackList
-    from ray.tune.execution.tune_controller import TuneController
-    from ray.tune.impl.tuner_internal import _TUNER_PKL
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-    from ray.tune.search.searcher import Searcher
+    from sweeps.signals import QuietUnstarted
 
-    assert ray_private.TUNER_FILE == _TUNER_PKL
-    assert ray_private.STATE_PATTERNS == tuple(
-        owner.CKPT_FILE_TMPL.format("*")
-        for owner in (TuneController, BasicVariantGenerator, Searcher, CallbackList))
-    assert ray_private.EXPERIMENT_STATE == ray_private.STATE_PATTERNS[0]
-
-
-def test_a_tune_run_saves_its_files_and_trials_as_the_adapter_reads_them(tiny_run):
-    exp = tiny_run.exp
-    assert (exp / ray_private.TUNER_FILE).is_file()
-    states = sorted(exp.glob(ray_private.EXPERIMENT_STATE))
-    assert states and list(exp.glob(ray_private.STATE_PATTERNS[1]))
-    state = json.loads(states[-1].read_text())
-    entries = state[ray_private.TRIAL_DATA]
-    assert len(entries) == 3  # every trial, the unstarted ones too
-    for entry in entries:
-        assert len(entry) == 2 and isinstance(json.loads(entry[1]), dict)
-    saved = {ray_private.saved_trial_id(e) for e in entries}
-    ran = {r.metrics["trial_id"] for r in tiny_run.grid if r.metrics}
-    assert ran and ran <= saved
-    assert all(r.error is None for r in tiny_run.grid)
-    # the ids the grid-order scheduler sorts by: <run>_<position in the grid>
-    assert sorted(i.rpartition("_")[2] for i in saved) == ["00000", "00001", "00002"]
-    # the checkpoint a trial's run metadata names (none: this run reports without one), and
-    # one named in its place, read back as Tune's restore reads it
-    entry = list(entries[0])
-    assert ray_private.saved_checkpoint_path(entry) is None
-    named = str(exp / "trial" / "checkpoint_000001")
-    ray_private.name_saved_checkpoint(entry, named, {"training_iteration": 2})
-    assert ray_private.saved_checkpoint_path(entry) == named
-    from ray.tune.trainable.metadata import _TrainingRunMetadata
-
-    manager = _TrainingRunMetadata.from_json_state(entry[1]).checkpoint_manager
-    assert manager.latest_checkpoint_result.checkpoint.path == named
-    assert manager.latest_checkpoint_result.metrics == {"training_iteration": 2}
-
-
-def test_the_driver_stages_tunes_files_where_the_repair_finds_them(tiny_run):
-    staged = list(ray_private.staging_dirs(ray_private.ray_temp_dir(), tiny_run.name))
-    assert staged, "no staging directory of the run"
-    names = {p.name for p in tiny_run.exp.glob(ray_private.EXPERIMENT_STATE)}
-    assert any(names & {p.name for p in d.glob(ray_private.EXPERIMENT_STATE)}
-               for d in staged)
-    assert any(list(d.glob("*/result.json")) for d in staged)
+    assert experiment_analysis.logger.name == QuietUnstarted.LOGGER
+    assert QuietUnstarted.MESSAGE in inspect.getsource(experiment_analysis)
 
 
 def test_a_local_ray_names_its_session_after_the_driver(ray_local):
     from ray._common.utils import get_default_ray_temp_dir
 
+    from tests.processes import driver_sessions, ray_temp_dir
+
     assert params(get_default_ray_temp_dir) == []
-    assert ray_private.driver_sessions(ray_private.ray_temp_dir(), os.getpid())
-
-
-# -- Tune's run loop ---------------------------------------------------------------------------
-
-def test_tune_stops_and_saves_on_the_stop_signal(tiny_run):
-    assert not tiny_run.listening_before and tiny_run.seen["listening"]
-    # the documented switch keeps Tune's SIGINT handler out (StopSignals handles SIGINT)
-    assert tiny_run.seen["sigint"] == tiny_run.sigint_before
-    steps = [r.metrics.get("step", 0) for r in tiny_run.grid if r.metrics]
-    assert steps and max(steps) < STEPS, steps  # the run ended after the step, not the last
-
-
-def test_tune_names_the_trials_without_results_in_this_warning(tiny_run):
-    from ray.tune.analysis import experiment_analysis
-
-    assert experiment_analysis.logger.name == ray_private.UNSTARTED_LOGGER
-    assert any(m.startswith(ray_private.UNSTARTED_MESSAGE) for m in tiny_run.messages), \
-        tiny_run.messages
-
-
-def test_a_restored_tuner_keeps_its_tune_config_where_the_adapter_finds_it(tiny_run):
-    from ray import tune
-
-    from sweeps.scheduling import GridOrderScheduler
-
-    tuner = tune.Tuner.restore(str(tiny_run.exp), tiny_run.trainable)
-    config = ray_private.restored_tune_config(tuner)
-    assert isinstance(config, tune.TuneConfig)
-    assert isinstance(config.scheduler, GridOrderScheduler)  # pickled with the run
-
-
-def test_a_scheduler_is_given_the_controller_and_asks_it_for_the_trials():
-    from ray.tune.execution.tune_controller import TuneController
-    from ray.tune.schedulers import FIFOScheduler
-
-    assert params(FIFOScheduler.choose_trial_to_run) == ["self", "tune_controller"]
-    assert params(TuneController.get_trials) == ["self"]
-    controller = SimpleNamespace(get_trials=lambda: ["a", "b"])
-    assert ray_private.controller_trials(controller) == ["a", "b"]
-
-
-def test_a_trial_a_scheduler_pauses_as_it_is_added_waits_to_be_chosen():
-    """ray_private.hold_trial: the controller asks the scheduler's on_trial_add before it
-    files the trial under its status, and starts on its own only the PENDING ones."""
-    import inspect
-
-    from ray.tune.execution.tune_controller import TuneController
-
-    add = inspect.getsource(TuneController.add_trial)
-    assert add.index("on_trial_add(") < add.index("status_str_map[trial.status].add(trial)")
-    start = inspect.getsource(TuneController._maybe_add_actors)
-    assert "choose_trial_to_run(" in start and "self._pending_trials_list" in start
-    assert "_paused_trials" not in start
-
-
-def test_a_schedulers_mode_is_where_the_adapter_reads_it():
-    from ray.tune.schedulers import ASHAScheduler
-
-    assert ray_private.scheduler_mode(ASHAScheduler(metric="m", mode="max")) == "max"
-    assert ray_private.scheduler_mode(ASHAScheduler(metric="m", mode="min")) == "min"
+    assert driver_sessions(ray_temp_dir(), os.getpid())
 
 
 # -- Tune's usage tags ------------------------------------------------------------------------
@@ -324,17 +189,6 @@ def test_rays_mlflow_callback_has_the_helper_the_tracker_uses(tmp_path):
     assert {"run_id", "status"} <= set(params(util.end_run))
 
 
-# -- the cluster launcher's config check -------------------------------------------------------
-
-def test_the_cluster_config_check_takes_a_config():
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
-    assert params(prepare_config)[:1] == ["config"]
-    assert params(validate_config)[:1] == ["config"]
-    with pytest.raises(Exception):  # noqa: B017 - Ray raises its schema's own error types
-        ray_private.check_cluster_config({"not": "a cluster"})
-
-
 def test_the_adapter_is_the_only_place_that_reaches_into_ray():
     """No other module names one of Ray's private modules or Tune's execution internals."""
     import re
@@ -346,6 +200,7 @@ def test_the_adapter_is_the_only_place_that_reaches_into_ray():
     offenders = [f"{path.relative_to(root)}: {m.group(0)}"
                  for folder in ("sweeps", "trainables", "bench", "analysis", "unbiased", "tests")
                  for path in sorted((root / folder).rglob("*.py"))
-                 if path.name not in ("ray_private.py", Path(__file__).name)
+                 # tests/processes.py: where Ray keeps its sessions, to check none is left
+                 if path.name not in ("ray_private.py", "processes.py", Path(__file__).name)
                  for m in [private.search(path.read_text())] if m]
     assert not offenders, offenders

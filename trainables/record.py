@@ -82,17 +82,32 @@ class Record:
 class Records:
     """The records of one experiment's trials under `storage` (a path or a URI)."""
 
-    def __init__(self, filesystem: pafs.FileSystem, root: str) -> None:
-        self.fs, self.root = filesystem, root.rstrip("/")
-        self.local = isinstance(filesystem, pafs.LocalFileSystem)
+    def __init__(self, filesystem: pafs.FileSystem | None, root: str) -> None:
+        self._fs, self._root = filesystem, root.rstrip("/")
 
     @classmethod
     def at(cls, storage: str, experiment: str) -> Records:
-        """The records of `experiment` in the sweep's storage (a path or a URI)."""
+        """The records of `experiment` in the sweep's storage (a path or a URI; a bucket is
+        reached at the first read or write, not before: a dry run never reaches it)."""
         root = storage.rstrip("/") + "/" + experiment + "/" + TRIALS_DIR
         if "://" in root:
-            return cls(*pafs.FileSystem.from_uri(root))
+            return cls(None, root)
         return cls(pafs.LocalFileSystem(), root)
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs, self._root = pafs.FileSystem.from_uri(self._root)
+        return self._fs
+
+    @property
+    def root(self) -> str:
+        """The records' directory in `fs` (a URI's path once its filesystem is made)."""
+        return self._root if self.fs is not None else ""
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
 
     def _dir(self, key: str) -> str:
         return f"{self.root}/{key}"
