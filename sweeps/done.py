@@ -32,7 +32,7 @@ import pandas as pd
 
 from analysis.results import CRITIC_WARNING, OK_WARNING
 from sweeps.common import SweepError
-from trainables.record import Record, Records, trial_finished, trial_key
+from trainables.record import Record, Records, trial_key
 
 # Shared settings that do not change a trial's numbers: where the data is, how many threads.
 _NOT_COMPARED = frozenset({"root", "device", "num_threads", "cpus_per_trial",
@@ -150,6 +150,7 @@ def import_done(records: Records, path: Path, keys: tuple[str, ...], points: lis
                 for row in metrics.to_dict("records")]
         records.start(key, {**config, **point})
         records.write(key, rows, None)
+        records.end(key, f"taken over from {path}")
     return len(done)
 
 
@@ -158,8 +159,11 @@ def _missing(value: object) -> bool:
 
 
 def finished(record: Record) -> bool:
-    epochs = int(record.config.get("epochs", 0))
-    return record.ended is not None or trial_finished(record.metrics(), epochs)
+    """A trial the driver saw end (its last epoch, a stop of its own, or the scheduler's)
+    or that --done took over. A trial whose rows reach its last epoch without that (it
+    wrote its record while a stop came) runs again: it restores its last checkpoint and
+    tells Tune its rows, so the trackers get every epoch."""
+    return record.ended is not None
 
 
 def point_records(records: Records, fixed: dict, points: list[dict] | None = None

@@ -18,9 +18,9 @@ from sweeps import ray_private
 from sweeps.cli import SweepArgs
 from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
-from sweeps.results_frame import STOPPED_EARLY, finished
+from sweeps.results_frame import finished
 from sweeps.signals import StopSignals, stopper
-from trainables.record import Records, trial_key_of
+from trainables.record import RESTORED, Records, trial_key_of
 from unbiased.settings import flat_config
 
 
@@ -52,11 +52,6 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
         stop.watch.disarm()
         print("the stop signal came after every trial had finished: writing the results",
               flush=True)
-    records = Records.at(storage, experiment)
-    for result in results:
-        key = trial_key_of(result.config or {})
-        if key is not None and result.error is None and not finished(result):
-            records.end(key, STOPPED_EARLY)
     return grid
 
 
@@ -78,7 +73,8 @@ def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_s
             failure_config=tune.FailureConfig(max_failures=args.max_failures),
             stop=stopper(),
             verbose=0,
-            callbacks=[progress_callback(param_keys, n_trials + n_done, n_done),
+            callbacks=[progress_callback(param_keys, n_trials + n_done, n_done,
+                                         Records.at(storage, experiment)),
                        *trackers.callbacks(args, param_keys)],
         ),
     )
@@ -96,9 +92,13 @@ def make_scheduler(args: SweepArgs):
                          grace_period=max(1, epochs // 4), reduction_factor=3)
 
 
-def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 0):
+def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 0,
+                      records: Records | None = None):
     """One line per trial per epoch instead of Tune's wide tables; `n_done` of the
-    `n_trials` finished in earlier launches."""
+    `n_trials` finished in earlier launches. A trial that ends here (its last epoch, or
+    stopped early by the scheduler), not by a stop signal, is marked ended in its record:
+    it is done for every later launch. Only here: a trial that wrote its last epoch while a
+    stop came runs again, and its rows reach the trackers then."""
     from ray import tune
 
     class Progress(tune.Callback):
@@ -111,6 +111,8 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
                               for point in _points(flat_config(trial.config)))
 
         def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+            if result.get(RESTORED):
+                return  # an epoch an earlier launch ran, told again to the trackers
             if result.get("device_error"):
                 print(f"[{time.time() - self.start:6.0f}s] {self._tag(trial)}: error: "
                       f"{result['device_error']} (not retried)", flush=True)
@@ -135,6 +137,11 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
                       + ", ".join(fields), flush=True)
 
         def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+            from sweeps import signals
+
+            key = trial_key_of(trial.config)
+            if records is not None and key is not None and not signals.STOP.is_set():
+                records.end(key, "ended")
             self.done = n_done + sum(1 for t in trials if t is trial
                                      or t.status == t.TERMINATED)
             print(f"[{time.time() - self.start:6.0f}s] finished {self.done}/{n_trials}: "

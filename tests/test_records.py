@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from trainables.record import Records, trial_finished, trial_key
+from trainables.record import Records, trial_key
 from unbiased.settings import WARM_FROM
 
 CONFIG = {"epochs": 3, "method": "mi_backprop", "sigma": 0.03, "lam": 1.0, "K": 40, "seed": 0}
@@ -92,7 +92,9 @@ def test_a_last_report_without_checkpoint_keeps_its_row(tmp_path):
     record = records.read("a")
     assert [r["epoch"] for r in record.rows] == [1, 2, 3]
     assert records.checkpoint(record) == _files(2)
-    assert trial_finished(record.rows, epochs=10)
+    assert record.ended is None  # rows alone do not end a trial: the driver's end.json does
+    records.end("a", "ended")
+    assert records.read("a").ended == "ended"
 
 
 def test_numbers_are_written_as_numbers(tmp_path):
@@ -110,13 +112,6 @@ def test_keys_name_the_grid_point_the_same_way_every_time():
     assert trial_key([{**point, WARM_FROM: "sigma=0.03_method=mi_backprop_lam=0.0_seed=0"}]
                      ) == trial_key([point])
     assert trial_key([point, {**point, "lam": 2.0}]).endswith("_K=40+1")
-
-
-def test_finished_means_the_last_epoch_or_a_stop_of_its_own():
-    assert not trial_finished([], 3)
-    assert not trial_finished([{"epoch": 1}, {"epoch": 2}], 3)
-    assert trial_finished([{"epoch": 1}, {"epoch": 2}, {"epoch": 3}], 3)
-    assert trial_finished([{"epoch": 0, "device_error": "no GPU"}], 3)
 
 
 def test_clear_removes_every_record(tmp_path):
@@ -142,3 +137,13 @@ def test_records_in_a_bucket(tmp_path, monkeypatch):
         assert s3.keys("sweep/grid/trials/a") == [
             "sweep/grid/trials/a/checkpoint/000002/state.pt",
             "sweep/grid/trials/a/epochs.jsonl", "sweep/grid/trials/a/point.json"]
+
+
+def test_a_bundles_members_keep_their_points_order(tmp_path):
+    # A member's key is made from its point as written (the order the grid gave it).
+    records = Records.at(str(tmp_path), "grid")
+    member = {"sigma": 0.03, "method": "mi_backprop", "lam": 0.5, "seed": 0, "K": 2}
+    records.start("b", {"epochs": 3, "members": [member]})
+    (read,) = records.read("b").config["members"]
+    assert trial_key([read]) == trial_key([member]) == (
+        "sigma=0.03_method=mi_backprop_lam=0.5_seed=0_K=2")

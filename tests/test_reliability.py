@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import signal
@@ -18,14 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 from ray import tune
 
-from sweeps.ray_private import (
-    TRIAL_DATA,
-    name_saved_checkpoint,
-    ray_temp_dir,
-    saved_checkpoint_path,
-    saved_trial_id,
-    staging_dirs,
-)
 from tests.conftest import SMALL_NET, SMALL_NET_CONFIG
 from tests.drivers import Ran, run_main
 from tests.processes import alive, descendants
@@ -195,8 +186,11 @@ def test_diverging_trial_stops_itself_and_analysis_leaves_it_out(ray_local, tiny
     # divergence from a bad hyper-parameter, next to a trial that trains normally.
     space = _digits_config(epochs=3, mine_optimizer="sgd",
                            mine_lr=tune.grid_search([1e-3, 1e6]), **SMALL_NET_CONFIG)
+    from unbiased.settings import flat_config
+
     grid = _fit(tmp_path, tiny_digits, space)
-    df = results_frame(grid, "digits_grid", "digits",
+    df = results_frame([(r.metrics_dataframe, flat_config(r.config), str(i), r.error)
+                        for i, r in enumerate(grid)], "digits_grid", "digits",
                        {"sigma": "sigma", "lam": "lam", "K": "K", "seed": "seed",
                         "epochs": "epochs"})
     configs = df["config"].map(json.loads)
@@ -262,80 +256,25 @@ def test_killed_writer_leaves_the_old_file_intact(tmp_path):
     assert all(p.name.startswith(".table.md.") for p in leftovers)  # hidden temp, not target
 
 
-# -- Tune's state cut off by a kill mid-copy ---------------------------------------------------
+# -- a record cut by a kill: trainables/record.py's own tests (tests/test_records.py) ---------
 
-def _killed_experiment(storage: Path, staging_root: Path | None) -> dict[Path, bytes]:
-    """A Tune experiment dir as a kill during Tune's copy of its files leaves it: the state
-    cut in half, a trial's result.json emptied, another trial's (longer, from a later
-    session) whole; and (when `staging_root`) the driver's whole staging copies. The layout
-    is Tune's as sweeps/ray_private.py describes it (tests/test_ray_adapter.py checks it
-    against a real run). Returns each file's whole content."""
-    state = "experiment_state-2026-01-01_00-00-00.json"
-    whole = {Path(state): json.dumps({"trial_data": [], "x": list(range(200))}).encode(),
-             Path("trial_0/result.json"): b'{"epoch": 1}\n{"epoch": 2}\n',
-             Path("trial_1/result.json"): b'{"epoch": 1}\n'}
-    stored = {Path(state): whole[Path(state)][: len(whole[Path(state)]) // 2],
-              Path("trial_0/result.json"): b"",
-              Path("trial_1/result.json"): b'{"epoch": 1}\n{"epoch": 2}\n'}
-    exp = storage / "digits_grid"
-    for rel, data in stored.items():
-        (exp / rel).parent.mkdir(parents=True, exist_ok=True)
-        (exp / rel).write_bytes(data)
-    (exp / "tuner.pkl").write_bytes(b"tuner")
-    if staging_root is not None:
-        staged = (staging_root / "session_1" / "artifacts" / "2026-01-01_00-00-00"
-                  / "digits_grid" / "driver_artifacts")
-        for rel, data in whole.items():
-            (staged / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staged / rel).write_bytes(data)
-        (staged / "trial_never_stored").mkdir()
-        (staged / "trial_never_stored" / "result.json").write_bytes(b"{}\n")
-        # Another sweep of the same driver (same experiment name, its own session).
-        other = (staging_root / "session_2" / "artifacts" / "2026-02-02_00-00-00"
-                 / "digits_grid" / "driver_artifacts")
-        other.mkdir(parents=True)
-        (other / "experiment_state-2026-02-02_00-00-00.json").write_bytes(b"{}")
-        (other / "trial_0").mkdir()
-        (other / "trial_0" / "result.json").write_bytes(b'{"epoch": 1}\n{"epoch": 2}\n{}\n')
-    return {exp / rel: data for rel, data in whole.items()}
+def test_a_record_of_another_grid_is_one_line_before_ray(tmp_path):
+    # A record left by a sweep of other settings (a checkpoint of another lr cannot go on
+    # under this one's): --resume refuses in one line, before Ray starts (a Ray started here
+    # fails the test: tests/conftest.py, _no_ray_unless_marked), and leaves it as it was.
+    from trainables.record import Records
 
-
-def test_files_cut_off_by_a_kill_are_put_back_from_the_staging_copies(tmp_path):
-    from sweeps.tune_state import repair_cut_off_state
-
-    storage, staging = tmp_path / "tune", tmp_path / "ray"
-    whole = _killed_experiment(storage, staging)
-    state, cut_result, longer_result = whole
-    done = repair_cut_off_state(str(storage), ray_temp=staging)
-    assert state.read_bytes() == whole[state] and cut_result.read_bytes() == whole[cut_result]
-    # A stored file longer than the staged one is newer (a later session): left alone.
-    assert longer_result.read_bytes() == b'{"epoch": 1}\n{"epoch": 2}\n'
-    assert not (storage / "digits_grid" / "trial_never_stored").exists()
-    assert not list((storage / "digits_grid").glob("*2026-02-02*"))  # not the other sweep's
-    assert len(done) == 1 and "2 file(s)" in done[0]
-    assert repair_cut_off_state(str(storage), ray_temp=staging) == []
-    assert repair_cut_off_state("s3://bucket/sweep") == []
-
-
-def test_resume_of_a_sweep_killed_before_tune_saved_state_starts_afresh(tmp_path):
-    from sweeps.tune_state import saved_state
-
-    state = next(iter(_killed_experiment(tmp_path / "tune", None)))
-    assert saved_state(str(state.parent))
-    state.unlink()  # killed in its first seconds: only tuner.pkl
-    assert not saved_state(str(state.parent))
-
-
-def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
     out = tmp_path / "out"
-    path = next(iter(_killed_experiment(out / "tune", None)))
-    cut = path.read_bytes()
-    # In this process, with RAY_TMPDIR a fresh directory (no staging copies to repair from);
-    # a Ray started here would fail the test (tests/conftest.py: _no_ray_unless_marked).
+    records = Records.at(str(out / "tune"), "digits_grid")
+    point = {"sigma": 0.03, "method": "mi_backprop", "lam": 0.0, "seed": 0, "K": 2}
+    key = "sigma=0.03_method=mi_backprop_lam=0.0_seed=0_K=2"
+    records.start(key, {**point, "epochs": 8, "lr": 0.5, "batch_size": 256})
+    records.write(key, [{"epoch": 1}], {"state.pt": b"x"})
+    (out / "experiment.json").write_text(json.dumps({"experiment": "digits_grid"}))
     proc = _in_process(*TINY, "--out", str(out), "--resume")
-    _one_line_error(proc, "is cut off")
-    assert "--overwrite" in proc.stderr
-    assert path.read_bytes() == cut
+    _one_line_error(proc, f"the record of trial {key}: trial")
+    assert "ran with lr=0.5" in proc.stderr
+    assert records.checkpoint(records.read(key)) == {"state.pt": b"x"}
 
 
 # -- a driver killed mid-sweep continues with --resume ----------------------------------------
@@ -344,30 +283,24 @@ def test_state_cut_off_without_a_whole_copy_is_one_line_before_ray(tmp_path):
 def test_a_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_trials(
         ray_local, tmp_path, checked_at_the_end):
     """SIGKILL to the driver's process group once one trial has finished and the other, a
-    bundle of two grid points (--bundle, unbiased/trial.py), is in its third epoch with its
-    second's checkpoint named in Tune's state; that state then made to name the bundle's
-    deleted first checkpoint, as a kill right after Tune deleted it leaves it, and Tune's files
-    in OUT cut as a kill in the middle of Tune's copy leaves them. No process of its Ray is
-    left, and --resume puts the files back, names the checkpoint on disk, leaves the finished
-    trial alone and continues the bundle's members from their checkpoint."""
+    bundle of two grid points (--bundle, unbiased/trial.py), has its second epoch's
+    checkpoint in its record (trainables/record.py); the record then made as a kill in the
+    middle of the third epoch's write leaves it (part of that checkpoint's files, a
+    half-written temporary file). No process of its Ray is left, and --resume leaves the
+    finished trial alone and continues the bundle's members from their checkpoint."""
+    from trainables.record import Records
+
     out = tmp_path / "out"
     # [lam 0 and 0.5 in one trial, lam 1 alone]: the bundle trains two nets an epoch, so the
     # plain trial, started beside it, finishes first.
     args = [*TINY, "--lam", "0,0.5,1", "--epochs", "3", "--bundle", "2", "--inner-z", "batch",
             "--out", str(out)]
-    experiment = out / "tune" / "digits_grid"
+    records = Records.at(str(out / "tune"), "digits_grid")
+    bundle = "sigma=0.03_method=mi_backprop_lam=0.0_seed=0_K=2+1"
 
-    def bundle_checkpointed_epoch_2() -> bool:
-        # Epoch 2's checkpoint on disk and in Tune's state: the members then go on from it.
-        for path in experiment.glob("experiment_state-*.json"):
-            try:
-                trials = json.loads(path.read_text())["trial_data"]
-            except (OSError, ValueError, KeyError):
-                continue  # being written
-            if any(json.loads(t[0])["trial_id"].endswith("_00000")
-                   and "checkpoint_000001" in t[1] for t in trials):
-                return True
-        return False
+    def bundle_epochs() -> int:
+        record = records.read(bundle) if (out / "tune").is_dir() else None
+        return 0 if record is None else len(record.rows)
 
     proc = _start_driver(args)
     finished_first: list[str] = []
@@ -380,114 +313,45 @@ def test_a_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_
             assert time.time() < deadline, "no trial finished in time"
         assert finished_first == ["method=mi_backprop sigma=0.03 lam=1.0 K=2 seed=0"], (
             finished_first)
-        while not bundle_checkpointed_epoch_2():
-            assert time.time() < deadline, "Tune's state never named the bundle's epoch 2"
-            time.sleep(0.1)
+        while bundle_epochs() < 2:
+            assert time.time() < deadline, "the bundle's record never held epoch 2"
+            time.sleep(0.05)
         ray, session = ray_under(proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver's process group
         proc.wait(timeout=60)
     check_no_ray_left_after_sigkill(ray, session, time.time(), checked_at_the_end)
     assert not (out / "results.parquet").exists()
-    # A kill between Tune deleting a checkpoint and saving the state that names the next one
-    # (MEASURED, "Trial bundles") left such a state once in 5 kills: make it so every time,
-    # in OUT and in the driver's staging copies, by naming the bundle's deleted epoch-1
-    # checkpoint. --resume must go on from the checkpoint on disk instead.
-    own = {p.name for p in experiment.glob("experiment_state-*.json")}
-    states = [*experiment.glob("experiment_state-*.json"),
-              *(p for d in staging_dirs(ray_temp_dir(), experiment.name)
-                for p in d.glob("experiment_state-*.json") if p.name in own)]
-    for path in states:
-        state = json.loads(path.read_text())
-        for entry in state[TRIAL_DATA]:
-            named = saved_checkpoint_path(entry)
-            if saved_trial_id(entry).endswith("_00000") and named:
-                deleted = str(Path(named).with_name("checkpoint_000000"))
-                assert not Path(deleted).exists()
-                name_saved_checkpoint(entry, deleted, {"training_iteration": 1,
-                                                       "checkpoint_dir_name": "checkpoint_000000"})
-        path.write_text(json.dumps(state))
-    # Where the kill lands in Tune's copy of its files into OUT/tune varies (CI once caught
-    # it mid-copy); make it the worst case every time: the state and every result.json cut.
-    cut = [*experiment.glob("experiment_state-*.json"), *experiment.glob("*/result.json")]
-    assert len(cut) >= 2
-    for path in cut:
-        path.write_bytes(path.read_bytes()[:10])
+    kept = bundle_epochs()  # 2, or 3 where the bundle wrote its last epoch before the kill
+    assert kept in (2, 3)
+    trial_dir = out / "tune" / "digits_grid" / "trials" / bundle
+    if kept == 2:  # a kill in the middle of epoch 3's write, every time
+        (trial_dir / "checkpoint" / "000003").mkdir()
+        (trial_dir / "checkpoint" / "000003" / "state_m0.pt").write_bytes(b"half")
+    (trial_dir / "epochs.jsonl.1a2b3c4d.tmp").write_bytes(b'{"epoch": ')
 
     resumed = _in_process(*args, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert re.search(r"resume: put back Tune's whole staging copies of \d+ file\(s\)",
-                     resumed.stdout)
-    assert re.search(r"naming a deleted checkpoint; \S+_00000_\S+: checkpoint_000000, deleted, "
-                     r"-> checkpoint_00000[12]", resumed.stdout), resumed.stdout[-2000:]
-    assert "resume: 1 of 2 trials already finished" in resumed.stdout, resumed.stdout[-2000:]
+    assert "resume: 1 of 3 trials already finished" in resumed.stdout, resumed.stdout[-2000:]
     reran = [ln for ln in resumed.stdout.splitlines() if finished_first[0] + ":" in ln]
     assert not reran, f"finished trial ran again: {reran}"
     df = pd.read_parquet(out / "results.parquet")
     assert df["trial_id"].nunique() == 3 and (df["status"] == "ok").all()
     assert all(sorted(e) == [1, 2, 3] for _, e in df.groupby("trial_id")["epoch"])
     assert (out / "table.md").exists()
-    # The bundle's members went on from epoch 2's checkpoint, not afresh; that a restart from
-    # a checkpoint's bytes continues every member exactly is test_run_trial.py's
-    # test_a_restarted_bundle_continues_exactly (the bytes Tune's adapter stores).
+    # The bundle's members went on from their last checkpoint, not afresh; that a restart
+    # from a checkpoint's bytes continues every member exactly is test_run_trial.py's
+    # test_a_restarted_bundle_continues_exactly.
     members = df[df["lam"] < 1]
-    assert set(members.loc[members["epoch"] == 3, "start_epoch"]) == {3}
-    assert set(members.loc[members["epoch"] <= 2, "start_epoch"]) == {1}
+    assert set(members.loc[members["epoch"] > kept, "start_epoch"]) <= {kept + 1}
+    assert set(members.loc[members["epoch"] <= kept, "start_epoch"]) == {1}
     assert set(df.loc[df["lam"] == 1, "start_epoch"]) == {1}
+    assert [p.name for p in (trial_dir / "checkpoint").iterdir()] == ["000003"]
 
 
 # -- a driver stopped by Ctrl-C (test_done.py's stopped grid, which resumes it) or a SIGTERM to
 # its process group (test_group_signal.py) takes its trials and its Ray with it; the checks
 # are stop_driver and check_stopped above.
-
-def test_waiting_trials_start_in_the_grids_order_whatever_order_tune_lists_them():
-    from types import SimpleNamespace
-
-    from ray.tune.experiment import Trial
-
-    from sweeps.scheduling import GridOrderScheduler
-
-    def trial(number: int, status: str) -> SimpleNamespace:
-        return SimpleNamespace(trial_id=f"1f693_{number:05d}", status=status,
-                               config={"point": {"seed": 0}})
-
-    # a restored trial list: a dict's order, the running ones first
-    trials = [trial(1, Trial.RUNNING), trial(83, Trial.PENDING), trial(26, Trial.PENDING),
-              trial(2, Trial.TERMINATED), trial(3, Trial.PENDING), trial(4, Trial.PAUSED)]
-    controller = SimpleNamespace(get_trials=lambda: trials)
-    scheduler = GridOrderScheduler()
-    assert scheduler.choose_trial_to_run(controller).trial_id == "1f693_00003"
-    for t in trials:
-        if t.status == Trial.PENDING:
-            t.status = Trial.TERMINATED
-    assert scheduler.choose_trial_to_run(controller).trial_id == "1f693_00004"  # then paused
-    trials[-1].status = Trial.TERMINATED
-    assert scheduler.choose_trial_to_run(controller) is None
-
-
-def test_saved_trials_are_put_back_in_the_grids_order(tmp_path):
-    from sweeps.tune_state import order_saved_trials
-
-    def saved(number: int) -> list[str]:
-        return [json.dumps({"trial_id": f"1f693_{number:05d}", "config": {"n": number}}),
-                json.dumps({"last_result_time": -math.inf})]
-
-    state = {"trial_data": [saved(n) for n in (0, 59, 19, 6, 104, 1)],
-             "runner_data": {"x": 1}, "stats": {"start_time": 12.5}}
-    path = tmp_path / "experiment_state-2026-11-25_17-03-27.json"
-    path.write_text(json.dumps(state))
-    other = tmp_path / "experiment_state-2026-11-25_17-04-00.json"
-    other.write_text('{"not": "a state of this form"}')
-    assert order_saved_trials(str(tmp_path))
-    after = json.loads(path.read_text())
-    assert [json.loads(t[0])["trial_id"][-3:] for t in after["trial_data"]] == [
-        "000", "001", "006", "019", "059", "104"]
-    assert after["trial_data"][2] == saved(6)  # each entry as Tune wrote it
-    assert {k: after[k] for k in ("runner_data", "stats")} == {
-        "runner_data": {"x": 1}, "stats": {"start_time": 12.5}}
-    assert other.read_text() == '{"not": "a state of this form"}'
-    assert not order_saved_trials(str(tmp_path))  # already in order: nothing rewritten
-
 
 def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
     import logging
@@ -522,11 +386,11 @@ def test_progress_counts_the_trials_earlier_runs_finished(capsys):
         return SimpleNamespace(config={"point": {"seed": seed}}, status=status,
                                TERMINATED=Trial.TERMINATED)
 
-    # a resumed run: two trials finished before the stop, one errored for good
-    trials = [trial(0, Trial.TERMINATED), trial(1, Trial.TERMINATED), trial(2, Trial.ERROR),
-              trial(3, Trial.RUNNING), trial(4, Trial.PENDING)]
-    progress = progress_callback(("seed",), 5)
-    progress.on_trial_complete(0, trials, trials[3])
+    # a resumed run: two trials finished in earlier launches, of this one's three one
+    # errored for good
+    trials = [trial(2, Trial.ERROR), trial(3, Trial.RUNNING), trial(4, Trial.PENDING)]
+    progress = progress_callback(("seed",), 5, n_done=2)
+    progress.on_trial_complete(0, trials, trials[1])
     assert "finished 3/5: seed=3" in capsys.readouterr().out
 
 

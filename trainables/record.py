@@ -4,7 +4,8 @@
         point.json          the trial's key and flat config, written before its first report
         epochs.jsonl        every report so far, one JSON object a line, rewritten whole
         checkpoint/<n>/     the files of the n-th report's checkpoint (state.pt, state_m<i>.pt)
-        end.json            a trial the scheduler (ASHA) stopped before its last epoch
+        end.json            the trial ended (its last epoch, a stop of its own, or the
+                            scheduler's): no launch runs it again
 
 `<storage>` is the sweep's storage (a directory, or an s3:// URI read through pyarrow, as
 Tune reads it). A report is written in three steps: its checkpoint's files, then the rows
@@ -27,11 +28,12 @@ from unbiased.settings import WARM_FROM
 
 TRIALS_DIR = "trials"
 POINT_FILE = "point.json"
-END_FILE = "end.json"  # what a trial's rows cannot say: that the scheduler stopped it
+END_FILE = "end.json"  # the driver saw the trial end (or --done took it over)
 ROWS_FILE = "epochs.jsonl"
 CHECKPOINT_DIR = "checkpoint"
 POINT_KEY, MEMBERS_KEY = "point", "members"  # sweeps/core.py's grid point, a bundle's members
 _CHECKPOINT = "_checkpoint"  # in a row: {"dir": "<n>", "files": [...]} of its checkpoint
+RESTORED = "restored"  # in a report to Tune: a row of the record, told again after a restart
 
 
 def trial_key(points: list[dict]) -> str:
@@ -55,16 +57,6 @@ def trial_key_of(config: dict) -> str | None:
     return trial_key(point.get(MEMBERS_KEY, [point]))
 
 
-def trial_finished(rows: list[dict], epochs: int) -> bool:
-    """A trial whose last report is its last epoch, or that stopped itself (diverged, or
-    could not have its device)."""
-    if not rows:
-        return False
-    last = rows[-1]
-    return (last.get("epoch") == epochs or bool(last.get("diverged"))
-            or bool(last.get("device_error")))
-
-
 @dataclass
 class Record:
     key: str
@@ -72,7 +64,7 @@ class Record:
     # up to the newest whole checkpoint; each as written, with the checkpoint it named
     rows: list[dict] = field(default_factory=list)
     checkpoint: str | None = None  # that checkpoint's directory
-    ended: str | None = None  # how a trial that did not run to its last epoch ended
+    ended: str | None = None  # end.json's status: the trial is done
 
     def metrics(self) -> list[dict]:
         """The rows as the trial reported them."""
@@ -137,7 +129,7 @@ class Records:
             if self._exists(f"{self._dir(key)}/{name}"):
                 self.fs.delete_file(f"{self._dir(key)}/{name}")
         self._write(f"{self._dir(key)}/{POINT_FILE}",
-                    json.dumps({"key": key, "config": config}, sort_keys=True,
+                    json.dumps({"key": key, "config": config},
                                default=_json_value).encode())
 
     def write(self, key: str, rows: list[dict], files: dict[str, bytes] | None) -> None:

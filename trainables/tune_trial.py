@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trainables.record import TRIALS_DIR, Records, trial_key_of
+from trainables.record import RESTORED, TRIALS_DIR, Records, trial_key_of
 from unbiased.benchmarks import benchmark_spec
 from unbiased.settings import flat_config
 from unbiased.trial import MEMBERS_KEY, machine_id, run_bundle, run_trial
@@ -82,7 +82,15 @@ class TuneSession:
         return self.records
 
     def restore(self) -> dict[str, bytes] | None:
+        """The record's checkpoint; its rows told to Tune again first (marked RESTORED: the
+        driver prints none of them, the trackers log those they lack, the scheduler sees the
+        trial's whole history)."""
+        from ray import tune
+
         self._record()
+        for row in self.rows:
+            tune.report({**{k: v for k, v in row.items() if not k.startswith("_")},
+                         RESTORED: True})
         return self.restored
 
     def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
