@@ -42,15 +42,16 @@ class S3:
         return sorted(i.path.split("/", 1)[1] for i in infos if i.type == fs.FileType.File)
 
     def checkpointed_epochs(self, experiment: str) -> dict[str, int]:
-        """The epoch of each trial's latest checkpoint under BUCKET/experiment (Tune keeps one
-        a trial), by the trial's directory. A trial writes its checkpoint there before it
-        reports the epoch: polled here, it is seen without the lag of a driver's output."""
+        """The epoch of each trial's latest checkpoint under BUCKET/experiment, by the trial's
+        record (trainables/record.py: trials/<key>/checkpoint/<epoch>/). A trial writes its
+        checkpoint there before it reports the epoch: polled here, it is seen without the lag
+        of a driver's output."""
         latest: dict[str, int] = {}
         for key in self.keys(experiment):
-            match = re.search(r"/([^/]+)/checkpoint_(\d+)/", key)
+            match = re.search(r"/trials/([^/]+)/checkpoint/(\d+)/", key)
             if match:
-                trial, index = match.group(1), int(match.group(2))
-                latest[trial] = max(latest.get(trial, 0), index + 1)
+                trial, epoch = match.group(1), int(match.group(2))
+                latest[trial] = max(latest.get(trial, 0), epoch)
         return latest
 
     def requests(self, method: str, needle: str) -> list[str]:
