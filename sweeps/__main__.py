@@ -20,8 +20,6 @@ DRIVERS = {
     "digits": "sweeps.digits_grid",
     "german": "sweeps.german_grid",
     "imdb": "sweeps.imdb_grid",
-    "k_ablation": "sweeps.k_ablation",
-    "critic_ablation": "sweeps.critic_ablation",
     "lambda_search": "sweeps.lambda_search",
     "rerun": "sweeps.rerun",  # not a benchmark: re-runs a finished sweep's picks on new seeds
     "export": "sweeps.export_epochs",  # not a benchmark: a sweep's epochs as the CSV --done reads

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import pandas as pd
 
@@ -87,7 +87,7 @@ class GridSpec:
     data_axes: tuple[str, ...]
     load: Callable[[SweepArgs], tuple[dict[str, object], str]]
     trainable: Callable[[], Callable]
-    summary_columns: tuple[str, ...]
+    summary_metrics: tuple[str, ...]  # the metrics the closing summary shows
     parser_options: dict[str, object] = field(default_factory=dict)
     out_name: str | None = None  # default OUT is results/<out_name or benchmark>_<preset>
     extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame] | None = None
@@ -134,11 +134,24 @@ class GridSpec:
             benchmark=bench.name,
             presets=bench.presets if presets is None else presets,
             build_keys=bench.build_keys, data_axes=axes, load=load, trainable=trainable,
-            summary_columns=("method", *axes, "lam", "K", "seed", "epoch", *bench.summary,
-                             "mi", "mi_eval", "status"),
+            summary_metrics=bench.summary,
             parser_options={"benchmark": bench},
             out_name=None if experiment == grid else experiment, extra_rows=extra_rows,
             describe=describe if bench.describe is not None else None)
+
+    def for_preset(self, preset: str) -> GridSpec:
+        """The grid a preset runs: one that names an experiment of its own (the ablations of
+        digits) runs under it and over its own data axes where it lists them (sweeps/cli.py,
+        GRID_KEYS)."""
+        values = self.presets[preset]
+        if "experiment" not in values:
+            return self
+        return replace(self, experiment=str(values["experiment"]),
+                       data_axes=tuple(values.get("data_axes", self.data_axes)))
+
+    def summary_columns(self) -> tuple[str, ...]:
+        return ("method", *self.data_axes, "lam", "K", "seed", "epoch", *self.summary_metrics,
+                "mi", "mi_eval", "status")
 
     def trial_keys(self) -> tuple[str, ...]:
         return (*RUN_KEYS, *method_keys(), *self.build_keys)
@@ -276,6 +289,7 @@ def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
 def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     parser = build_parser(spec.prog, spec.description, spec.presets, **spec.parser_options)
     args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
+    spec = spec.for_preset(args.preset)
     try:
         spec.check_read(args.values, args.explicit)
     except SweepError as exc:
@@ -340,7 +354,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
-    summary(df, spec.summary_columns)
+    summary(df, spec.summary_columns())
     for path in written:
         print(f"wrote {path}")
     if kept is not None:

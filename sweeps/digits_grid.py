@@ -35,16 +35,9 @@ def bias_strength(args: SweepArgs, digits) -> tuple[dict, list[str]]:
     return BENCH.describe(args.values, {"digits": digits})
 
 
-def spec(prog: str = "digits_grid.py", description: str = __doc__.splitlines()[0],
-         presets: dict | None = None, experiment: str = EXPERIMENT,
-         data_axes: tuple[str, ...] = ("sigma",)) -> GridSpec:
-    """The digits grid; k_ablation.py and critic_ablation.py are the same with their own
-    presets and experiment (critic_ablation.py with the critic options as data axes)."""
-    return GridSpec.from_benchmark(BENCH, prog=prog, description=description, presets=presets,
-                                   experiment=experiment, data_axes=data_axes)
-
-
-GRID = spec()
+# The ablations are presets of it (k_ablation_cpu, critic_ablation_cpu, ...).
+GRID = GridSpec.from_benchmark(BENCH, prog="digits_grid.py",
+                               description=__doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> int:

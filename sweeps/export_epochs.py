@@ -31,7 +31,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 # One trial: its method, K (0 for methods without one, as in results.parquet), lam, seed, and
 # its data point: the values of the axes below that its rows hold.
 POINT_KEYS = ["method", "K", "lam", "seed"]
-# Grid axes some sweeps add (sweeps/critic_ablation.py): part of a trial's key where present.
+# Grid axes some sweeps add (digits' critic_ablation_* presets): part of a trial's key
+# where present.
 AXIS_KEYS = ["mine_standardize", "mi_guard"]
 # The CSV's leading columns, as every export so far wrote them (digits' sigma among them).
 TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]

@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
     if spec is None:
         from sweeps.digits_grid import GRID as spec
     args, ns = parse(spec, argv)
+    spec = spec.for_preset(args.preset)
     start = time.monotonic()
     deadline = start + ns.budget
     try:

@@ -40,10 +40,11 @@ def specs() -> dict[str, GridSpec]:
     """The grid driver of each experiment a sweep records (lambda_search's picks re-run as
     a digits grid: the same trainable and settings, now at the chosen lambdas); a registered
     benchmark without a driver file of its own, its generic grid (`<name>_grid`)."""
-    from sweeps import digits_grid, german_grid, imdb_grid, k_ablation
+    from sweeps import digits_grid, german_grid, imdb_grid
     from unbiased.benchmarks import all_specs
 
-    own = {"digits_grid": digits_grid.GRID, "k_ablation": k_ablation.GRID,
+    own = {"digits_grid": digits_grid.GRID,
+           "k_ablation": digits_grid.GRID.for_preset("k_ablation_cpu"),
            "lambda_search": digits_grid.GRID, "german_grid": german_grid.GRID,
            "imdb_grid": imdb_grid.GRID}
     generic = {f"{bench.name}_grid": bench for bench in all_specs()}

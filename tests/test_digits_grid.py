@@ -245,7 +245,7 @@ def test_unreachable_address_fails_fast_with_one_line(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("driver", ["digits_grid", "german_grid", "imdb_grid", "k_ablation"])
+@pytest.mark.parametrize("driver", ["digits_grid", "german_grid", "imdb_grid"])
 def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
     """The trial config is derived from the methods' config dataclasses: each field has a
     flag on every driver, and a value set by it is in the trials' config."""
