@@ -3,10 +3,10 @@
 A driver says what is particular to it (`GridSpec`: its benchmark, presets, the keys its
 benchmark's build reads, its data axes, how to load the data once, which trainable runs the
 trials); `GridSpec.from_benchmark` takes all of that from a registered benchmark's spec
-(unbiased/benchmarks/), so `python -m sweeps NAME` needs no driver file. The core parses
-the flags, derives every trial's config from the config dataclasses of the methods
-(`unbiased.methods`), validates every value before Ray starts, runs the grid and writes the
-results.
+(unbiased/benchmarks/), so `python -m sweeps NAME` needs no driver file (`benchmark_grid`).
+The core parses the flags, derives every trial's config from the config dataclasses of the
+methods (`unbiased.methods`), validates every value before Ray starts, runs the grid and
+writes the results.
 
 Grid points: data axes x method x lam x K x seed, where K is an axis only for methods that
 have it (mi_backprop) and lam = 0 (plain ERM for every method and K: the methods draw from
@@ -98,12 +98,10 @@ class GridSpec:
                        description: str | None = None,
                        presets: dict[str, dict[str, object]] | None = None,
                        experiment: str | None = None,
-                       data_axes: tuple[str, ...] | None = None,
-                       extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame]
-                       | None = None) -> GridSpec:
+                       data_axes: tuple[str, ...] | None = None) -> GridSpec:
         """The grid of a registered benchmark: its presets, flags, build keys, data axes,
-        loading and description, run by the generic trainable. A driver of its own passes
-        what differs (the ablations: presets, experiment, axes; German: its SVM rows).
+        loading, description and baseline rows, run by the generic trainable. A caller passes
+        what differs (the lambda search's presets; bench/ probes).
         Default experiment `<name>_grid`; a driver with another experiment name has its
         default OUT named after it."""
         grid = f"{bench.name}_grid"
@@ -128,6 +126,10 @@ class GridSpec:
 
             return trainable_for(bench.name)
 
+        def extra_rows(args: SweepArgs, loaded: dict, like: pd.DataFrame) -> pd.DataFrame:
+            assert bench.extra_rows is not None
+            return bench.extra_rows(args.values, loaded, like)
+
         return cls(
             prog=prog or f"python -m sweeps {bench.name}",
             description=description or bench.description, experiment=experiment,
@@ -136,7 +138,8 @@ class GridSpec:
             build_keys=bench.build_keys, data_axes=axes, load=load, trainable=trainable,
             summary_metrics=bench.summary,
             parser_options={"benchmark": bench},
-            out_name=None if experiment == grid else experiment, extra_rows=extra_rows,
+            out_name=None if experiment == grid else experiment,
+            extra_rows=extra_rows if bench.extra_rows is not None else None,
             describe=describe if bench.describe is not None else None)
 
     def for_preset(self, preset: str) -> GridSpec:
@@ -251,6 +254,14 @@ class GridSpec:
 
     def param_keys(self) -> tuple[str, ...]:
         return ("method", *self.data_axes, "lam", "K", "seed")
+
+
+def benchmark_grid(name: str, **options) -> GridSpec:
+    """The grid `python -m sweeps NAME` runs: the registered benchmark's (options: as
+    GridSpec.from_benchmark's)."""
+    from unbiased.benchmarks import benchmark_spec
+
+    return GridSpec.from_benchmark(benchmark_spec(name), **options)
 
 
 def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:

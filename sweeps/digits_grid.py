@@ -4,6 +4,9 @@
     python sweeps/digits_grid.py --method mi_backprop,grad_reversal,confusion,hsic
     python sweeps/digits_grid.py --preset paper --root data --address auto
 
+`python -m sweeps digits` under the name users have typed since the first release (docs/
+CLUSTER.md's `ray job submit` and Slurm commands among them). Its presets, flags, data and
+build: unbiased/benchmarks/digits.py; the ablations are presets of it (k_ablation_cpu, ...).
 Writes OUT/results.parquet (one row per trial and epoch), OUT/table.md, OUT/table.parquet and
 OUT/figures/*.png.
 """
@@ -16,28 +19,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeps.cli import SweepArgs  # noqa: E402
-from sweeps.core import GridSpec, run_grid  # noqa: E402
-from unbiased.benchmarks import benchmark_spec  # noqa: E402
+from sweeps.core import benchmark_grid, run_grid  # noqa: E402
 
-EXPERIMENT = "digits_grid"
-# Its presets, flags, data and build: unbiased/benchmarks/digits.py.
-BENCH = benchmark_spec("digits")
-
-
-def load_digits(args: SweepArgs):
-    """The grey digits, read once in the driver (lambda_search.py shares them)."""
-    return GRID.load(args)[0]["digits"]
-
-
-def bias_strength(args: SweepArgs, digits) -> tuple[dict, list[str]]:
-    """Per sigma and seed, the share of training digits the colour alone classifies."""
-    return BENCH.describe(args.values, {"digits": digits})
-
-
-# The ablations are presets of it (k_ablation_cpu, critic_ablation_cpu, ...).
-GRID = GridSpec.from_benchmark(BENCH, prog="digits_grid.py",
-                               description=__doc__.splitlines()[0])
+GRID = benchmark_grid("digits", prog="digits_grid.py", description=__doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ import pandas as pd  # noqa: E402
 from sweeps import trackers  # noqa: E402
 from sweeps.cli import build_parser, resolve  # noqa: E402
 from sweeps.common import SweepError, fail  # noqa: E402
-from sweeps.digits_grid import BENCH, GRID, bias_strength, load_digits  # noqa: E402
+from sweeps.core import benchmark_grid  # noqa: E402
 from sweeps.outputs import (  # noqa: E402
     check_out_dir,
     check_storage_reachable,
@@ -39,6 +39,8 @@ from sweeps.results_frame import all_ok, results_frame  # noqa: E402
 from sweeps.runner import run_tuner  # noqa: E402
 
 EXPERIMENT = "lambda_search"
+# The digits grid's settings, data and trainable; sampled instead of gridded.
+GRID = benchmark_grid("digits")
 OBJECTIVES = ["mi_eval", "train_acc"]
 MODES = ["min", "max"]
 
@@ -77,7 +79,7 @@ def make_searcher(samples: int, seed: int):
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser("lambda_search.py", __doc__.splitlines()[0], LAMBDA_SEARCH,
-                          search=True, benchmark=BENCH)
+                          search=True, **GRID.parser_options)
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
     try:
         # Every method's config at both ends of the lambda range and each K, before Ray.
@@ -86,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         trackers.check_installed(args)
         check_storage_reachable(args)
         check_out_dir(args, EXPERIMENT)
-        digits = load_digits(args)
-        facts, lines = bias_strength(args, digits)
+        loaded, _ = GRID.load(args)
+        digits = loaded["digits"]
+        facts, lines = GRID.describe(args, loaded)
         args.extra.update(facts)
         trackers.start(args, EXPERIMENT)
         samples = int(args["samples"])
