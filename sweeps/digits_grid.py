@@ -16,7 +16,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
+# Run by path, this file imports the package of its own checkout, not the copy the Python's
+# environment installed: another worktree's .venv, or an Apptainer image's copy with this
+# checkout bound in (docs/CLUSTER.md, "Slurm"), would otherwise run that copy's code (a local
+# Ray's trials put the driver's working directory, the checkout, first too). The other drivers
+# are `python -m sweeps NAME`, which imports from the working directory. (A `ray job submit
+# --working-dir .` entrypoint needs none of this: Ray puts the upload first on PYTHONPATH.)
+if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweeps.core import benchmark_grid, run_grid  # noqa: E402

@@ -1,7 +1,7 @@
 """Optuna lambda search on Colored MNIST: lambda (log scale) and K per sigma, label-free objectives.
 
-    python sweeps/lambda_search.py                    # quick preset: 6 trials, embedded data, CPU
-    python sweeps/lambda_search.py --preset paper --root data --address auto
+    python -m sweeps lambda_search                    # quick preset: 6 trials, embedded data, CPU
+    python -m sweeps lambda_search --preset paper --root data --address auto
 
 One multi-objective Optuna study (Tune's OptunaSearch, TPE) per (method, sigma, seed): minimise
 `mi_eval` (MI of the final features, measured by a fresh statistics network) and maximise
@@ -14,29 +14,25 @@ Pareto front with the trial the lowest-MI rule picks on it.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from sweeps import trackers  # noqa: E402
-from sweeps.cli import build_parser, resolve  # noqa: E402
-from sweeps.common import SweepError, fail  # noqa: E402
-from sweeps.core import benchmark_grid  # noqa: E402
-from sweeps.outputs import (  # noqa: E402
+from sweeps import trackers
+from sweeps.cli import build_parser, resolve
+from sweeps.common import SweepError, fail
+from sweeps.core import benchmark_grid
+from sweeps.outputs import (
     check_out_dir,
     check_storage_reachable,
     copy_outputs_to_storage,
     storage_dir,
     write_outputs,
 )
-from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
-from sweeps.ray_init import check_resources, init_ray  # noqa: E402
-from sweeps.results_frame import all_ok, results_frame  # noqa: E402
-from sweeps.runner import run_tuner  # noqa: E402
+from sweeps.presets import LAMBDA_SEARCH
+from sweeps.ray_init import check_resources, init_ray
+from sweeps.results_frame import all_ok, results_frame
+from sweeps.runner import run_tuner
 
 EXPERIMENT = "lambda_search"
 # The digits grid's settings, data and trainable; sampled instead of gridded.

@@ -41,16 +41,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from sweeps.cli import resolve  # noqa: E402
-from sweeps.common import POINT_KEY, SweepError, fail  # noqa: E402
-from sweeps.core import GridSpec, bundle_points, check_local_gpu  # noqa: E402
-from sweeps.done import read_done, split_done  # noqa: E402
-from trainables.session import RecordingSession  # noqa: E402
+from sweeps.cli import resolve
+from sweeps.common import POINT_KEY, SweepError, fail
+from sweeps.core import GridSpec, bundle_points, check_local_gpu
+from sweeps.done import read_done, split_done
+from trainables.session import RecordingSession
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_COSTS = ROOT / "bench" / "results" / "gpu" / "piece_costs.json"

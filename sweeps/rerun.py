@@ -14,24 +14,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from sweeps.cli import (  # noqa: E402
+from sweeps.cli import (
     SEED_LIST,
     STORAGE_ENV,
     SweepArgs,
     check_tracker_flags,
     tracker_flags,
 )
-from sweeps.common import SweepError, fail, ray_job_address  # noqa: E402
-from sweeps.core import GridSpec, benchmark_grid, has_key, run_points  # noqa: E402
-from sweeps.outputs import EXPERIMENT_FILE  # noqa: E402
+from sweeps.common import SweepError, fail, ray_job_address
+from sweeps.core import GridSpec, benchmark_grid, has_key, run_points
+from sweeps.outputs import EXPERIMENT_FILE
 
 PROG = "python -m sweeps rerun"
 
