@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
 import pandas as pd
 
@@ -309,13 +310,14 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
 
 
 def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None,
-               after: Callable[[SweepArgs, pd.DataFrame], list] | None = None) -> int:
+               after: Callable[[SweepArgs, pd.DataFrame], list[Path]] | None = None) -> int:
     """Run the trials of `points` (the grid of args' values unless given) and write the
     results; `after(args, df)` writes more outputs (their paths) before the tracker logs
     them. Returns the driver's exit status."""
     try:
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
+        # Trials an earlier run finished (--done, --resume): sweeps/done.py.
         points, finished, done_line = take_done(spec, args, points)
         if args.values.get("warm_start"):
             points = warm_sources(spec, args, points)
@@ -327,35 +329,66 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         if args.dry_run:
             dry_run(spec, args, trials, done_line)
             return 0
-        if points:
-            check_local_gpu(args)
-            check_storage_reachable(args)
-        check_out_dir(args, spec.experiment)
-        loaded, data = spec.load(args)
-        facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
-        args.extra.update(facts)
+        loaded = start(spec, args, f"{len(points)} trials", running=bool(points),
+                       tail=(f"; {len(trials)} Tune trials (--bundle {args.bundle})"
+                             if len(trials) < len(points) else ""))
         keep_done(args, finished)
-        trackers.start(args, spec.experiment)
-        print(f"{spec.experiment}: preset {args.preset}, {len(points)} trials ({data}), "
-              f"{args['epochs']} epochs each -> {args.out}"
-              + (f"; {len(trials)} Tune trials (--bundle {args.bundle})"
-                 if len(trials) < len(points) else ""), flush=True)
-        for line in [*lines, *done_line]:
+        for line in done_line:
             print(line, flush=True)
         grid = []
         if points:
-            init_ray(args.address)
             from ray import tune
 
-            resources = {"cpu": float(args["cpus_per_trial"]),
-                         "gpu": float(args["gpus_per_trial"])}
-            check_resources(args.address, resources["cpu"], resources["gpu"])
+            resources = start_ray(args)
             grid = run_tuner(args, spec.experiment,
                              tune.with_parameters(spec.trainable(), **loaded),
                              spec.param_space(args.values, trials), resources,
                              param_keys=spec.param_keys(), n_trials=len(trials))
         df = results_frame(grid, spec.experiment, spec.benchmark, spec.result_columns(),
                            done=done_trials(finished, spec.fixed_values(args.values)))
+    except SweepError as exc:
+        fail(str(exc))
+    return finish(spec, args, df, loaded, after)
+
+
+def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
+          tail: str = "") -> dict[str, object]:
+    """The start every sweep shares once it knows its trials (the grids, the lambda search,
+    a re-run), all before Ray: the GPU and storage checks (`running`: trials will run), OUT
+    checked, the data loaded once and described (facts for experiment.json, lines printed),
+    the trackers started, and the start line: `trials` says what runs, `tail` ends it.
+    Returns the loaded objects the trials get. Raises SweepError."""
+    if running:
+        check_local_gpu(args)
+        check_storage_reachable(args)
+    check_out_dir(args, spec.experiment)
+    loaded, data = spec.load(args)
+    facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
+    args.extra.update(facts)
+    trackers.start(args, spec.experiment)
+    print(f"{spec.experiment}: preset {args.preset}, {trials} ({data}), {args['epochs']} "
+          f"epochs each -> {args.out}{tail}", flush=True)
+    for line in lines:
+        print(line, flush=True)
+    return loaded
+
+
+def start_ray(args: SweepArgs) -> dict[str, float]:
+    """Ray joined or started, and a trial's resources checked against its nodes."""
+    init_ray(args.address)
+    resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
+    check_resources(args.address, resources["cpu"], resources["gpu"])
+    return resources
+
+
+def finish(spec: GridSpec, args: SweepArgs, df: pd.DataFrame, loaded: dict[str, object],
+           after: Callable[[SweepArgs, pd.DataFrame], list[Path]] | None = None,
+           closing: Callable[[pd.DataFrame], str] | None = None) -> int:
+    """The end every sweep shares: the benchmark's baseline rows added, the outputs written
+    (and `after`'s), copied to storage and logged by the trackers; then `closing(df)` (by
+    default the summary of each trial's reported row), the paths written and the trackers'
+    hints printed. Returns the exit status: 1 where a trial failed."""
+    try:
         if spec.extra_rows is not None:
             df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
         written = write_outputs(args, spec.experiment, df)
@@ -365,7 +398,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
-    summary(df, spec.summary_columns())
+    print(closing(df) if closing is not None else summary(df, spec.summary_columns()))
     for path in written:
         print(f"wrote {path}")
     if kept is not None:
@@ -492,7 +525,7 @@ def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
     print("shared: " + ", ".join(f"{k}={fixed[k]}" for k in sorted(fixed)))
 
 
-def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
+def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> str:
     """Each trial's reported row (its selected epoch), sorted by its grid point."""
     rows = df[df["selected"]] if "selected" in df.columns else df
     cols = [c for c in columns if c in rows.columns]
@@ -500,5 +533,5 @@ def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
 
     axes = [a for bench in all_specs() for a in bench.data_axes]
     keys = list(dict.fromkeys(c for c in ("method", *axes, "lam", "K", "seed") if c in cols))
-    print(rows[cols].sort_values(keys).to_string(index=False,
-                                                 float_format=lambda v: f"{v:.3f}"))
+    return rows[cols].sort_values(keys).to_string(index=False,
+                                                  float_format=lambda v: f"{v:.3f}")

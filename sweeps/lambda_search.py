@@ -14,24 +14,17 @@ Pareto front with the trial the lowest-MI rule picks on it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from sweeps import trackers
-from sweeps.cli import build_parser, resolve
+from sweeps.cli import SweepArgs, build_parser, resolve
 from sweeps.common import SweepError, fail
-from sweeps.core import benchmark_grid
-from sweeps.outputs import (
-    check_out_dir,
-    check_storage_reachable,
-    copy_outputs_to_storage,
-    storage_dir,
-    write_outputs,
-)
+from sweeps.core import benchmark_grid, finish, start, start_ray
 from sweeps.presets import LAMBDA_SEARCH
-from sweeps.ray_init import check_resources, init_ray
-from sweeps.results_frame import all_ok, results_frame
+from sweeps.results_frame import results_frame
 from sweeps.runner import run_tuner
 
 EXPERIMENT = "lambda_search"
@@ -77,71 +70,58 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser("lambda_search.py", __doc__.splitlines()[0], LAMBDA_SEARCH,
                           search=True, **GRID.parser_options)
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
+    grid = replace(GRID, experiment=EXPERIMENT)
     try:
         # Every method's config at both ends of the lambda range and each K, before Ray.
-        GRID.check_read(args.values, args.explicit)
-        GRID.validate({**args.values, "lam": list(args["lam_range"])})
+        grid.check_read(args.values, args.explicit)
+        grid.validate({**args.values, "lam": list(args["lam_range"])})
         trackers.check_installed(args)
-        check_storage_reachable(args)
-        check_out_dir(args, EXPERIMENT)
-        loaded, _ = GRID.load(args)
-        digits = loaded["digits"]
-        facts, lines = GRID.describe(args, loaded)
-        args.extra.update(facts)
-        trackers.start(args, EXPERIMENT)
         samples = int(args["samples"])
         studies = [(m, float(s), int(seed)) for m in args["method"] for s in args["sigma"]
                    for seed in args["seeds"]]
-        print(f"{EXPERIMENT}: preset {args.preset}, {len(studies)} studies x {samples} trials "
-              f"({len(digits.train_y)} train / {len(digits.test_y)} test digits from "
-              f"{digits.source}), {args['epochs']} epochs each -> {args.out}", flush=True)
-        print("\n".join(lines), flush=True)
-        init_ray(args.address)
+        loaded = start(grid, args, f"{len(studies)} studies x {samples} trials")
         from ray import tune
 
-        from trainables.digits import train_digits
-
-        resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
-        check_resources(args.address, resources["cpu"], resources["gpu"])
-        trainable = tune.with_parameters(train_digits, digits=digits)
+        resources = start_ray(args)
+        trainable = tune.with_parameters(grid.trainable(), **loaded)
         frames = []
         for method, sigma, seed in studies:
             name = f"{EXPERIMENT}_sigma{sigma:g}_seed{seed}"
             if method != "mi_backprop":  # mi_backprop keeps the study names it always had
                 name += f"_{method}"
-            grid = run_tuner(args, name, trainable,
-                             search_space(args.values, sigma, seed, method), resources,
-                             param_keys=("method", "sigma", "lam", "K", "seed"),
-                             n_trials=samples, search_alg=make_searcher(samples, seed),
-                             num_samples=samples)
-            frames.append(results_frame(grid, EXPERIMENT, "digits", GRID.result_columns()))
+            found = run_tuner(args, name, trainable,
+                              search_space(args.values, sigma, seed, method), resources,
+                              param_keys=("method", "sigma", "lam", "K", "seed"),
+                              n_trials=samples, search_alg=make_searcher(samples, seed),
+                              num_samples=samples)
+            frames.append(results_frame(found, EXPERIMENT, "digits", grid.result_columns()))
         df = pd.concat(frames, ignore_index=True).sort_values(
             ["method", "sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
-        written = write_outputs(args, EXPERIMENT, df)
-        front = _write_front(args.out, df, written)
-        kept = copy_outputs_to_storage(args, written)
-        trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
-    print(front[["sigma", "seed", "lam", "K", "mi_eval", "train_acc", "test_acc", "chosen"]]
-          .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    for path in written:
-        print(f"wrote {path}")
-    if kept is not None:
-        print(f"and copied them to {kept} (they outlive this machine; --resume rebuilds them)")
-    for line in trackers.hints(args, storage_dir(args)):
-        print(line, flush=True)
-    return 0 if all_ok(df) else 1
+    return finish(grid, args, df, loaded, after=_write_front, closing=_front_table)
 
 
-def _write_front(out: Path, df: pd.DataFrame, written: list[Path]) -> pd.DataFrame:
-    from analysis.pareto import pareto_front, write_front
+def _pareto_front(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from analysis.pareto import pareto_front
     from analysis.results import final_rows
 
     finals = final_rows(df)
-    front = pareto_front(finals)
-    written += write_front(front, finals, out)
-    return front
+    return pareto_front(finals), finals
+
+
+def _write_front(args: SweepArgs, df: pd.DataFrame) -> list[Path]:
+    """OUT/pareto.parquet and OUT/pareto.md: each study's front and its pick."""
+    from analysis.pareto import write_front
+
+    front, finals = _pareto_front(df)
+    return [Path(p) for p in write_front(front, finals, args.out)]
+
+
+def _front_table(df: pd.DataFrame) -> str:
+    front, _ = _pareto_front(df)
+    return (front[["sigma", "seed", "lam", "K", "mi_eval", "train_acc", "test_acc", "chosen"]]
+            .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
 if __name__ == "__main__":
