@@ -1,5 +1,5 @@
-"""Ablations of mi_backprop at a fixed lambda: over K (sweeps/k_ablation.py, the paper's
-supplementary) or over our two critic options (sweeps/critic_ablation.py).
+"""Ablations of mi_backprop at a fixed lambda: over K (digits' k_ablation_* presets, the paper's
+supplementary) or over our two critic options (digits' critic_ablation_* presets).
 
 `ablation_axis(df)` names what varies (None: not an ablation); `ablation_section` is the
 table.md section (one row per data point (each data axis the trials have), lambda and value of

@@ -72,13 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("driver_args", nargs="*", help="more digits_grid.py flags, after --")
     args = p.parse_args(argv)
 
+    from dataclasses import replace
+
     from sweeps import digits_grid
+    from sweeps.core import run_grid
     from sweeps.presets import DIGITS
 
     presets = DIGITS
     if args.root is None:
         presets = {**DIGITS, "cpu": {**DIGITS["cpu"], "source": "mnist5k"}}
-    spec = digits_grid.spec(presets=presets)
+    spec = replace(digits_grid.GRID, presets=presets)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         driver = ["--preset", "cpu", "--sigma", args.sigma, "--lam", "0,1", "--seeds",
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                   "--overwrite", *(["--root", args.root] if args.root else []),
                   *args.driver_args]
         print("digits_grid.py " + " ".join(driver), flush=True)
-        code = digits_grid.run_grid(spec, driver)
+        code = run_grid(spec, driver)
         if code != 0:
             print(f"error: the sweep failed (exit {code})", file=sys.stderr)
             return 1

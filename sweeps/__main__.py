@@ -1,9 +1,11 @@
-"""`python -m sweeps BENCHMARK [flags]`: one entry point for every driver.
+"""`python -m sweeps NAME [flags]`: one entry point for every driver.
 
-A registered benchmark (unbiased/benchmarks/__init__.py) without a driver file of its own runs
-its generic grid (sweeps/core.py, GridSpec.from_benchmark).
+A registered benchmark (unbiased/benchmarks/__init__.py) runs its grid (sweeps/core.py,
+`benchmark_grid`); the ablations are presets of digits. The other drivers are not grids of a
+benchmark, and each has a file of its own (DRIVERS).
 
     python -m sweeps digits --preset quick
+    python -m sweeps digits --preset k_ablation_cpu  # the supplementary's K ablation
     python -m sweeps NAME --dry-run                  # any registered benchmark
     python -m sweeps german --help
     python -m sweeps rerun results/digits_quick --seeds 3,4,5
@@ -15,17 +17,12 @@ from __future__ import annotations
 import importlib
 import sys
 
-# Drivers with a file of their own (a benchmark's grid with more to it, or no benchmark).
+# The drivers that are not a benchmark's grid.
 DRIVERS = {
-    "digits": "sweeps.digits_grid",
-    "german": "sweeps.german_grid",
-    "imdb": "sweeps.imdb_grid",
-    "k_ablation": "sweeps.k_ablation",
-    "critic_ablation": "sweeps.critic_ablation",
-    "lambda_search": "sweeps.lambda_search",
-    "rerun": "sweeps.rerun",  # not a benchmark: re-runs a finished sweep's picks on new seeds
-    "export": "sweeps.export_epochs",  # not a benchmark: a sweep's epochs as the CSV --done reads
-    "piece": "sweeps.piece",  # not a benchmark: the next whole trials of a grid in a time budget
+    "lambda_search": "sweeps.lambda_search",  # Optuna on digits: a search, not a grid
+    "rerun": "sweeps.rerun",  # re-runs a finished sweep's picks on new seeds
+    "export": "sweeps.export_epochs",  # a sweep's epochs as the CSV --done reads
+    "piece": "sweeps.piece",  # the next whole trials of a grid in a time budget
 }
 
 
@@ -45,10 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     if name not in benchmarks:
         print(f"error: unknown benchmark {name!r}; choose one of {names}", file=sys.stderr)
         return 2
-    from sweeps.core import GridSpec, run_grid
-    from unbiased.benchmarks import benchmark_spec
+    from sweeps.core import benchmark_grid, run_grid
 
-    return int(run_grid(GridSpec.from_benchmark(benchmark_spec(name)), rest) or 0)
+    return int(run_grid(benchmark_grid(name), rest) or 0)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,11 @@ class SweepArgs:
         return self.values[key]
 
 
+# Keys a preset may hold that say which grid it is, not what its trials get: an experiment of
+# its own and that grid's data axes (the ablations of digits, unbiased/benchmarks/digits.py).
+# resolve leaves them out of the values; sweeps/core.py's GridSpec.for_preset reads them.
+GRID_KEYS = ("experiment", "data_axes")
+
 # Preset keys whose flag is not `--` + the key with dashes.
 _RENAMES = {"num_workers": "workers"}
 
@@ -420,8 +425,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def driver_command(prog: str) -> str:
     """`python -m sweeps NAME` of the driver whose parser is named `prog`: its own
     (`python -m sweeps NAME`), or from its file's name (sweeps/__main__.py's DRIVERS:
-    digits_grid.py is `digits`, k_ablation.py `k_ablation`; tests/test_fetch_data.py checks
-    each)."""
+    digits_grid.py is `digits`, lambda_search.py `lambda_search`; tests/test_fetch_data.py
+    checks each)."""
     if prog.startswith("python"):
         return prog
     return "python -m sweeps " + prog.removesuffix(".py").removesuffix("_grid")
@@ -447,12 +452,14 @@ def fetch_command(command: str, benchmark: str, preset: str, values: dict,
 def resolve(parser: argparse.ArgumentParser, benchmark: str,
             presets: dict[str, dict[str, object]], argv: Sequence[str] | None = None,
             name: str | None = None, command: str | None = None) -> SweepArgs:
-    """`name` names the default OUT (results/<name>_<preset>); the benchmark by default.
+    """`name` names the default OUT (results/<name>_<preset>); without it, a preset with an
+    experiment of its own names it (results/<preset>), else the benchmark does.
     `command`: the driver's `python -m sweeps NAME` in the fetch command a missing-data
     error names (default: from the parser's prog). With --fetch-data the data is fetched
     here and the process exits (sweeps/fetch.py)."""
     ns = parser.parse_args(argv)
-    values = dict(presets[ns.preset])
+    preset = presets[ns.preset]
+    values = {k: v for k, v in preset.items() if k not in GRID_KEYS}
     explicit = set()
     for action in parser._actions:
         key = getattr(action, "preset_key", None)
@@ -509,7 +516,10 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
     if bundle > 1 and values.get("scheduler") == "asha":
         parser.error("argument --bundle: ASHA stops trials one by one and a bundle is one "
                      "trial: use --scheduler fifo, or leave out --bundle")
-    out = ns.out if ns.out is not None else Path("results") / f"{name or benchmark}_{ns.preset}"
+    # A preset of an experiment of its own is named after it (k_ablation_cpu) and names OUT.
+    default_out = (f"{name}_{ns.preset}" if name else ns.preset if "experiment" in preset
+                   else f"{benchmark}_{ns.preset}")
+    out = ns.out if ns.out is not None else Path("results") / default_out
     storage = ns.storage_path or os.environ.get(STORAGE_ENV) or None
     address = ns.address or ray_job_address()
     check_storage_flags(parser, ns, address, storage, out)

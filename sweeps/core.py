@@ -3,10 +3,10 @@
 A driver says what is particular to it (`GridSpec`: its benchmark, presets, the keys its
 benchmark's build reads, its data axes, how to load the data once, which trainable runs the
 trials); `GridSpec.from_benchmark` takes all of that from a registered benchmark's spec
-(unbiased/benchmarks/), so `python -m sweeps NAME` needs no driver file. The core parses
-the flags, derives every trial's config from the config dataclasses of the methods
-(`unbiased.methods`), validates every value before Ray starts, runs the grid and writes the
-results.
+(unbiased/benchmarks/), so `python -m sweeps NAME` needs no driver file (`benchmark_grid`).
+The core parses the flags, derives every trial's config from the config dataclasses of the
+methods (`unbiased.methods`), validates every value before Ray starts, runs the grid and
+writes the results.
 
 Grid points: data axes x method x lam x K x seed, where K is an axis only for methods that
 have it (mi_backprop) and lam = 0 (plain ERM for every method and K: the methods draw from
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
 import pandas as pd
 
@@ -88,7 +89,7 @@ class GridSpec:
     data_axes: tuple[str, ...]
     load: Callable[[SweepArgs], tuple[dict[str, object], str]]
     trainable: Callable[[], Callable]
-    summary_columns: tuple[str, ...]
+    summary_metrics: tuple[str, ...]  # the metrics the closing summary shows
     parser_options: dict[str, object] = field(default_factory=dict)
     out_name: str | None = None  # default OUT is results/<out_name or benchmark>_<preset>
     extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame] | None = None
@@ -99,12 +100,10 @@ class GridSpec:
                        description: str | None = None,
                        presets: dict[str, dict[str, object]] | None = None,
                        experiment: str | None = None,
-                       data_axes: tuple[str, ...] | None = None,
-                       extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame]
-                       | None = None) -> GridSpec:
+                       data_axes: tuple[str, ...] | None = None) -> GridSpec:
         """The grid of a registered benchmark: its presets, flags, build keys, data axes,
-        loading and description, run by the generic trainable. A driver of its own passes
-        what differs (the ablations: presets, experiment, axes; German: its SVM rows).
+        loading, description and baseline rows, run by the generic trainable. A caller passes
+        what differs (the lambda search's presets; bench/ probes).
         Default experiment `<name>_grid`; a driver with another experiment name has its
         default OUT named after it."""
         grid = f"{bench.name}_grid"
@@ -129,17 +128,35 @@ class GridSpec:
 
             return trainable_for(bench.name)
 
+        def extra_rows(args: SweepArgs, loaded: dict, like: pd.DataFrame) -> pd.DataFrame:
+            assert bench.extra_rows is not None
+            return bench.extra_rows(args.values, loaded, like)
+
         return cls(
             prog=prog or f"python -m sweeps {bench.name}",
             description=description or bench.description, experiment=experiment,
             benchmark=bench.name,
             presets=bench.presets if presets is None else presets,
             build_keys=bench.build_keys, data_axes=axes, load=load, trainable=trainable,
-            summary_columns=("method", *axes, "lam", "K", "seed", "epoch", *bench.summary,
-                             "mi", "mi_eval", "status"),
+            summary_metrics=bench.summary,
             parser_options={"benchmark": bench},
-            out_name=None if experiment == grid else experiment, extra_rows=extra_rows,
+            out_name=None if experiment == grid else experiment,
+            extra_rows=extra_rows if bench.extra_rows is not None else None,
             describe=describe if bench.describe is not None else None)
+
+    def for_preset(self, preset: str) -> GridSpec:
+        """The grid a preset runs: one that names an experiment of its own (the ablations of
+        digits) runs under it and over its own data axes where it lists them (sweeps/cli.py,
+        GRID_KEYS)."""
+        values = self.presets[preset]
+        if "experiment" not in values:
+            return self
+        return replace(self, experiment=str(values["experiment"]),
+                       data_axes=tuple(values.get("data_axes", self.data_axes)))
+
+    def summary_columns(self) -> tuple[str, ...]:
+        return ("method", *self.data_axes, "lam", "K", "seed", "epoch", *self.summary_metrics,
+                "mi", "mi_eval", "status")
 
     def trial_keys(self) -> tuple[str, ...]:
         return (*RUN_KEYS, *method_keys(), *self.build_keys)
@@ -241,6 +258,14 @@ class GridSpec:
         return ("method", *self.data_axes, "lam", "K", "seed")
 
 
+def benchmark_grid(name: str, **options) -> GridSpec:
+    """The grid `python -m sweeps NAME` runs: the registered benchmark's (options: as
+    GridSpec.from_benchmark's)."""
+    from unbiased.benchmarks import benchmark_spec
+
+    return GridSpec.from_benchmark(benchmark_spec(name), **options)
+
+
 def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
     """The trials of `points` under `--bundle size`: mi_backprop points with inner z
     "batch" that agree on every setting but lam, lr, mi_lr, mine_lr (unbiased/methods/
@@ -277,6 +302,7 @@ def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
 def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     parser = build_parser(spec.prog, spec.description, spec.presets, **spec.parser_options)
     args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
+    spec = spec.for_preset(args.preset)
     try:
         spec.check_read(args.values, args.explicit)
     except SweepError as exc:
@@ -285,7 +311,7 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
 
 
 def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None,
-               after: Callable[[SweepArgs, pd.DataFrame], list] | None = None) -> int:
+               after: Callable[[SweepArgs, pd.DataFrame], list[Path]] | None = None) -> int:
     """Run the trials of `points` (the grid of args' values unless given) that no record
     holds finished and write the results of them all; `after(args, df)` writes more outputs
     (their paths) before the tracker logs them. Returns the driver's exit status."""
@@ -294,6 +320,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         points = spec.validate(args.values, points)
         fixed = spec.fixed_values(args.values)
         records = Records.at(storage_dir(args), spec.experiment)
+        # Trials an earlier launch finished (--resume) or a CSV holds (--done): sweeps/done.py.
         todo, done_line = take_done(spec, args, records, points)
         if args.values.get("warm_start"):
             todo = warm_sources(spec, args, todo, points)
@@ -305,32 +332,20 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         if args.dry_run:
             dry_run(spec, args, trials, done_line)
             return 0
-        if todo:
-            check_local_gpu(args)
-            check_storage_reachable(args)
-        check_out_dir(args, spec.experiment)
-        loaded, data = spec.load(args)
-        facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
-        args.extra.update(facts)
+        loaded = start(spec, args, f"{len(todo)} trials", running=bool(todo),
+                       tail=(f"; {len(trials)} Tune trials (--bundle {args.bundle})"
+                             if len(trials) < len(todo) else ""))
         if not args.resume:
             records.clear()  # a new sweep: an earlier one's trials are not its own
         if args.done is not None:
             import_done(records, args.done, spec.param_keys(), points, fixed)
-        trackers.start(args, spec.experiment)
-        print(f"{spec.experiment}: preset {args.preset}, {len(todo)} trials ({data}), "
-              f"{args['epochs']} epochs each -> {args.out}"
-              + (f"; {len(trials)} Tune trials (--bundle {args.bundle})"
-                 if len(trials) < len(todo) else ""), flush=True)
-        for line in [*lines, *done_line]:
+        for line in done_line:
             print(line, flush=True)
         errors: dict[str, object] = {}
         if trials:
-            init_ray(args.address)
             from ray import tune
 
-            resources = {"cpu": float(args["cpus_per_trial"]),
-                         "gpu": float(args["gpus_per_trial"])}
-            check_resources(args.address, resources["cpu"], resources["gpu"])
+            resources = start_ray(args)
             trainable = tune.with_parameters(spec.trainable(), **loaded)
             n_done = len(points) - len(todo)
             for part in warm_parts(trials):  # the warm starts' baselines first
@@ -342,6 +357,49 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
                 n_done += len(part)
         df = results_frame(trial_rows(records, fixed, points, errors), spec.experiment,
                            spec.benchmark, spec.result_columns())
+    except SweepError as exc:
+        fail(str(exc))
+    return finish(spec, args, df, loaded, after)
+
+
+def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
+          tail: str = "") -> dict[str, object]:
+    """The start every sweep shares once it knows its trials (the grids, the lambda search,
+    a re-run), all before Ray: the GPU and storage checks (`running`: trials will run), OUT
+    checked, the data loaded once and described (facts for experiment.json, lines printed),
+    the trackers started, and the start line: `trials` says what runs, `tail` ends it.
+    Returns the loaded objects the trials get. Raises SweepError."""
+    if running:
+        check_local_gpu(args)
+        check_storage_reachable(args)
+    check_out_dir(args, spec.experiment)
+    loaded, data = spec.load(args)
+    facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
+    args.extra.update(facts)
+    trackers.start(args, spec.experiment)
+    print(f"{spec.experiment}: preset {args.preset}, {trials} ({data}), {args['epochs']} "
+          f"epochs each -> {args.out}{tail}", flush=True)
+    for line in lines:
+        print(line, flush=True)
+    return loaded
+
+
+def start_ray(args: SweepArgs) -> dict[str, float]:
+    """Ray joined or started, and a trial's resources checked against its nodes."""
+    init_ray(args.address)
+    resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
+    check_resources(args.address, resources["cpu"], resources["gpu"])
+    return resources
+
+
+def finish(spec: GridSpec, args: SweepArgs, df: pd.DataFrame, loaded: dict[str, object],
+           after: Callable[[SweepArgs, pd.DataFrame], list[Path]] | None = None,
+           closing: Callable[[pd.DataFrame], str] | None = None) -> int:
+    """The end every sweep shares: the benchmark's baseline rows added, the outputs written
+    (and `after`'s), copied to storage and logged by the trackers; then `closing(df)` (by
+    default the summary of each trial's reported row), the paths written and the trackers'
+    hints printed. Returns the exit status: 1 where a trial failed."""
+    try:
         if spec.extra_rows is not None:
             df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
         written = write_outputs(args, spec.experiment, df)
@@ -351,7 +409,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
-    summary(df, spec.summary_columns)
+    print(closing(df) if closing is not None else summary(df, spec.summary_columns()))
     for path in written:
         print(f"wrote {path}")
     if kept is not None:
@@ -521,7 +579,7 @@ def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
     print("shared: " + ", ".join(f"{k}={fixed[k]}" for k in sorted(fixed)))
 
 
-def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
+def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> str:
     """Each trial's reported row (its selected epoch), sorted by its grid point."""
     rows = df[df["selected"]] if "selected" in df.columns else df
     cols = [c for c in columns if c in rows.columns]
@@ -529,5 +587,5 @@ def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> None:
 
     axes = [a for bench in all_specs() for a in bench.data_axes]
     keys = list(dict.fromkeys(c for c in ("method", *axes, "lam", "K", "seed") if c in cols))
-    print(rows[cols].sort_values(keys).to_string(index=False,
-                                                 float_format=lambda v: f"{v:.3f}"))
+    return rows[cols].sort_values(keys).to_string(index=False,
+                                                  float_format=lambda v: f"{v:.3f}")

@@ -4,6 +4,9 @@
     python sweeps/digits_grid.py --method mi_backprop,grad_reversal,confusion,hsic
     python sweeps/digits_grid.py --preset paper --root data --address auto
 
+`python -m sweeps digits` under the name users have typed since the first release (docs/
+CLUSTER.md's `ray job submit` and Slurm commands among them). Its presets, flags, data and
+build: unbiased/benchmarks/digits.py; the ablations are presets of it (k_ablation_cpu, ...).
 Writes OUT/results.parquet (one row per trial and epoch), OUT/table.md, OUT/table.parquet and
 OUT/figures/*.png.
 """
@@ -13,38 +16,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
+# Run by path, this file imports the package of its own checkout, not the copy the Python's
+# environment installed: another worktree's .venv, or an Apptainer image's copy with this
+# checkout bound in (docs/CLUSTER.md, "Slurm"), would otherwise run that copy's code (a local
+# Ray's trials put the driver's working directory, the checkout, first too). The other drivers
+# are `python -m sweeps NAME`, which imports from the working directory. (A `ray job submit
+# --working-dir .` entrypoint needs none of this: Ray puts the upload first on PYTHONPATH.)
+if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeps.cli import SweepArgs  # noqa: E402
-from sweeps.core import GridSpec, run_grid  # noqa: E402
-from unbiased.benchmarks import benchmark_spec  # noqa: E402
+from sweeps.core import benchmark_grid, run_grid  # noqa: E402
 
-EXPERIMENT = "digits_grid"
-# Its presets, flags, data and build: unbiased/benchmarks/digits.py.
-BENCH = benchmark_spec("digits")
-
-
-def load_digits(args: SweepArgs):
-    """The grey digits, read once in the driver (lambda_search.py shares them)."""
-    return GRID.load(args)[0]["digits"]
-
-
-def bias_strength(args: SweepArgs, digits) -> tuple[dict, list[str]]:
-    """Per sigma and seed, the share of training digits the colour alone classifies."""
-    return BENCH.describe(args.values, {"digits": digits})
-
-
-def spec(prog: str = "digits_grid.py", description: str = __doc__.splitlines()[0],
-         presets: dict | None = None, experiment: str = EXPERIMENT,
-         data_axes: tuple[str, ...] = ("sigma",)) -> GridSpec:
-    """The digits grid; k_ablation.py and critic_ablation.py are the same with their own
-    presets and experiment (critic_ablation.py with the critic options as data axes)."""
-    return GridSpec.from_benchmark(BENCH, prog=prog, description=description, presets=presets,
-                                   experiment=experiment, data_axes=data_axes)
-
-
-GRID = spec()
+GRID = benchmark_grid("digits", prog="digits_grid.py", description=__doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> int:

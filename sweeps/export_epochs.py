@@ -11,7 +11,7 @@ part of the grid, `--method`, `--seeds`), or holds fewer epochs of, keeps its ro
 so exporting back into the CSV a run continued never loses a finished epoch. `--replace`
 writes this run's rows alone.
 
-    python sweeps/export_epochs.py OUT bench/results/NAME/epochs.csv
+    python -m sweeps export OUT bench/results/NAME/epochs.csv
     python -m sweeps export OUT CSV                   # the same
     python -m sweeps export PIECE/epochs.csv CSV      # a piece's rows (sweeps/piece.py)
 """
@@ -25,13 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 # One trial: its method, K (0 for methods without one, as in results.parquet), lam, seed, and
 # its data point: the values of the axes below that its rows hold.
 POINT_KEYS = ["method", "K", "lam", "seed"]
-# Grid axes some sweeps add (sweeps/critic_ablation.py): part of a trial's key where present.
+# Grid axes some sweeps add (digits' critic_ablation_* presets): part of a trial's key
+# where present.
 AXIS_KEYS = ["mine_standardize", "mi_guard"]
 # The CSV's leading columns, as every export so far wrote them (digits' sigma among them).
 TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]

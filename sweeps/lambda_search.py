@@ -1,7 +1,7 @@
 """Optuna lambda search on Colored MNIST: lambda (log scale) and K per sigma, label-free objectives.
 
-    python sweeps/lambda_search.py                    # quick preset: 6 trials, embedded data, CPU
-    python sweeps/lambda_search.py --preset paper --root data --address auto
+    python -m sweeps lambda_search                    # quick preset: 6 trials, embedded data, CPU
+    python -m sweeps lambda_search --preset paper --root data --address auto
 
 One multi-objective Optuna study (Tune's OptunaSearch, TPE) per (method, sigma, seed): minimise
 `mi_eval` (MI of the final features, measured by a fresh statistics network) and maximise
@@ -14,35 +14,26 @@ Pareto front with the trial the lowest-MI rule picks on it.
 
 from __future__ import annotations
 
-import sys
+from dataclasses import replace
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from sweeps import trackers  # noqa: E402
-from sweeps.cli import build_parser, resolve  # noqa: E402
-from sweeps.common import SweepError, fail  # noqa: E402
-from sweeps.core import trial_errors  # noqa: E402
-from sweeps.digits_grid import BENCH, GRID, bias_strength, load_digits  # noqa: E402
-from sweeps.done import finished, point_records  # noqa: E402
-from sweeps.outputs import (  # noqa: E402
-    check_out_dir,
-    check_storage_reachable,
-    copy_outputs_to_storage,
-    storage_dir,
-    write_outputs,
-)
-from sweeps.presets import LAMBDA_SEARCH  # noqa: E402
-from sweeps.ray_init import check_resources, init_ray  # noqa: E402
-from sweeps.results_frame import all_ok, results_frame  # noqa: E402
-from sweeps.runner import run_tuner  # noqa: E402
-from trainables.record import Records  # noqa: E402
-from unbiased.settings import POINT_KEY  # noqa: E402
+from sweeps import trackers
+from sweeps.cli import SweepArgs, build_parser, resolve
+from sweeps.common import SweepError, fail
+from sweeps.core import benchmark_grid, finish, start, start_ray, trial_errors
+from sweeps.done import finished, point_records
+from sweeps.outputs import storage_dir
+from sweeps.presets import LAMBDA_SEARCH
+from sweeps.results_frame import results_frame
+from sweeps.runner import run_tuner
+from trainables.record import Records
+from unbiased.settings import POINT_KEY
 
 EXPERIMENT = "lambda_search"
+# The digits grid's settings, data and trainable; sampled instead of gridded.
+GRID = benchmark_grid("digits")
 OBJECTIVES = ["mi_eval", "train_acc"]
 MODES = ["min", "max"]
 
@@ -116,36 +107,24 @@ def _distributions(space: dict, params: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser("lambda_search.py", __doc__.splitlines()[0], LAMBDA_SEARCH,
-                          search=True, benchmark=BENCH)
+                          search=True, **GRID.parser_options)
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
+    grid = replace(GRID, experiment=EXPERIMENT)
     try:
         # Every method's config at both ends of the lambda range and each K, before Ray.
-        GRID.check_read(args.values, args.explicit)
-        GRID.validate({**args.values, "lam": list(args["lam_range"])})
+        grid.check_read(args.values, args.explicit)
+        grid.validate({**args.values, "lam": list(args["lam_range"])})
         trackers.check_installed(args)
-        check_storage_reachable(args)
-        check_out_dir(args, EXPERIMENT)
-        digits = load_digits(args)
-        facts, lines = bias_strength(args, digits)
-        args.extra.update(facts)
-        trackers.start(args, EXPERIMENT)
         samples = int(args["samples"])
         studies = [(m, float(s), int(seed)) for m in args["method"] for s in args["sigma"]
                    for seed in args["seeds"]]
-        print(f"{EXPERIMENT}: preset {args.preset}, {len(studies)} studies x {samples} trials "
-              f"({len(digits.train_y)} train / {len(digits.test_y)} test digits from "
-              f"{digits.source}), {args['epochs']} epochs each -> {args.out}", flush=True)
-        print("\n".join(lines), flush=True)
-        init_ray(args.address)
+        loaded = start(grid, args, f"{len(studies)} studies x {samples} trials")
         from ray import tune
 
-        from trainables.tune_trial import trainable_for
-
-        resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
-        check_resources(args.address, resources["cpu"], resources["gpu"])
-        trainable = tune.with_parameters(trainable_for("digits"), digits=digits)
+        resources = start_ray(args)
+        trainable = tune.with_parameters(grid.trainable(), **loaded)
         frames = []
-        fixed = GRID.fixed_values(args.values)
+        fixed = grid.fixed_values(args.values)
         for method, sigma, seed in studies:
             name = f"{EXPERIMENT}_sigma{sigma:g}_seed{seed}"
             if method != "mi_backprop":  # mi_backprop keeps the study names it always had
@@ -160,43 +139,43 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
             errors = {}
             if done < samples:
-                grid = run_tuner(args, name, trainable, space, resources,
+                found = run_tuner(args, name, trainable, space, resources,
                                  param_keys=("method", "sigma", "lam", "K", "seed"),
                                  n_trials=samples - done, search_alg=searcher,
                                  num_samples=samples - done, n_done=done)
-                errors = trial_errors(grid)
+                errors = trial_errors(found)
             held = point_records(records, fixed)
             frames.append(results_frame(
                 [(rows if not rows.empty else pd.DataFrame({"epoch": [0]}), config, key,
                   errors.get(key)) for key, (rows, config, _, _) in held.items()],
-                EXPERIMENT, "digits", GRID.result_columns()))
+                EXPERIMENT, "digits", grid.result_columns()))
         df = pd.concat(frames, ignore_index=True).sort_values(
             ["method", "sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
-        written = write_outputs(args, EXPERIMENT, df)
-        front = _write_front(args.out, df, written)
-        kept = copy_outputs_to_storage(args, written)
-        trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
-    print(front[["sigma", "seed", "lam", "K", "mi_eval", "train_acc", "test_acc", "chosen"]]
-          .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    for path in written:
-        print(f"wrote {path}")
-    if kept is not None:
-        print(f"and copied them to {kept} (they outlive this machine; --resume rebuilds them)")
-    for line in trackers.hints(args, storage_dir(args)):
-        print(line, flush=True)
-    return 0 if all_ok(df) else 1
+    return finish(grid, args, df, loaded, after=_write_front, closing=_front_table)
 
 
-def _write_front(out: Path, df: pd.DataFrame, written: list[Path]) -> pd.DataFrame:
-    from analysis.pareto import pareto_front, write_front
+def _pareto_front(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from analysis.pareto import pareto_front
     from analysis.results import final_rows
 
     finals = final_rows(df)
-    front = pareto_front(finals)
-    written += write_front(front, finals, out)
-    return front
+    return pareto_front(finals), finals
+
+
+def _write_front(args: SweepArgs, df: pd.DataFrame) -> list[Path]:
+    """OUT/pareto.parquet and OUT/pareto.md: each study's front and its pick."""
+    from analysis.pareto import write_front
+
+    front, finals = _pareto_front(df)
+    return [Path(p) for p in write_front(front, finals, args.out)]
+
+
+def _front_table(df: pd.DataFrame) -> str:
+    front, _ = _pareto_front(df)
+    return (front[["sigma", "seed", "lam", "K", "mi_eval", "train_acc", "test_acc", "chosen"]]
+            .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
 if __name__ == "__main__":

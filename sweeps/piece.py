@@ -41,17 +41,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from sweeps.cli import resolve  # noqa: E402
-from sweeps.common import SweepError, fail  # noqa: E402
-from sweeps.core import GridSpec, bundle_points, check_local_gpu  # noqa: E402
-from sweeps.done import read_done, split_done  # noqa: E402
-from unbiased.settings import POINT_KEY  # noqa: E402
-from unbiased.trial import RecordingSession  # noqa: E402
+from sweeps.cli import resolve
+from sweeps.common import SweepError, fail
+from sweeps.core import GridSpec, bundle_points, check_local_gpu
+from sweeps.done import read_done, split_done
+from unbiased.settings import POINT_KEY
+from unbiased.trial import RecordingSession
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_COSTS = ROOT / "bench" / "results" / "gpu" / "piece_costs.json"
@@ -280,6 +277,7 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
     if spec is None:
         from sweeps.digits_grid import GRID as spec
     args, ns = parse(spec, argv)
+    spec = spec.for_preset(args.preset)
     start = time.monotonic()
     deadline = start + ns.budget
     try:

@@ -14,41 +14,43 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from sweeps.cli import (  # noqa: E402
+from sweeps.cli import (
     SEED_LIST,
     STORAGE_ENV,
     SweepArgs,
     check_tracker_flags,
     tracker_flags,
 )
-from sweeps.common import SweepError, fail, ray_job_address  # noqa: E402
-from sweeps.core import GridSpec, has_key, run_points  # noqa: E402
-from sweeps.outputs import EXPERIMENT_FILE  # noqa: E402
+from sweeps.common import SweepError, fail, ray_job_address
+from sweeps.core import GridSpec, benchmark_grid, has_key, run_points
+from sweeps.outputs import EXPERIMENT_FILE
 
 PROG = "python -m sweeps rerun"
 
 
-def specs() -> dict[str, GridSpec]:
-    """The grid driver of each experiment a sweep records (lambda_search's picks re-run as
-    a digits grid: the same trainable and settings, now at the chosen lambdas); a registered
-    benchmark without a driver file of its own, its generic grid (`<name>_grid`)."""
-    from sweeps import digits_grid, german_grid, imdb_grid, k_ablation
-    from unbiased.benchmarks import all_specs
+# A lambda search's picks re-run as a digits grid: the same trainable and settings, now at
+# the chosen lambdas.
+SEARCHES = {"lambda_search": "digits"}
 
-    own = {"digits_grid": digits_grid.GRID, "k_ablation": k_ablation.GRID,
-           "lambda_search": digits_grid.GRID, "german_grid": german_grid.GRID,
-           "imdb_grid": imdb_grid.GRID}
-    generic = {f"{bench.name}_grid": bench for bench in all_specs()}
-    return {**{name: GridSpec.from_benchmark(bench) for name, bench in generic.items()
-               if name not in own}, **own}
+
+def specs() -> dict[str, GridSpec]:
+    """The grid of each experiment a sweep records: each registered benchmark's
+    (`<name>_grid`), and the experiments its presets name (digits' ablations: a record of
+    k_ablation_cpu, or of the k_ablation.py driver's cpu, re-runs as k_ablation)."""
+    from unbiased.benchmarks import registered
+
+    out: dict[str, GridSpec] = {}
+    for name in registered():
+        grid = benchmark_grid(name)
+        out[grid.experiment] = grid
+        for preset, values in grid.presets.items():
+            if "experiment" in values:
+                out.setdefault(str(values["experiment"]), grid.for_preset(preset))
+    return {**out, **{search: out[f"{bench}_grid"] for search, bench in SEARCHES.items()}}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,7 +29,7 @@ KEPT_COLUMNS = (*dict.fromkeys(c for spec in all_specs() for c in spec.result_co
                 "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
                 "selected_mi_eval_cond", "guarded_frac", "graphed", "empty_groups",
                 "worst_group_loss", "dro_q_max", "dro_q_entropy",
-                # the critic ablation's axes (sweeps/critic_ablation.py)
+                # the critic ablation's axes (digits' critic_ablation_* presets)
                 "mine_standardize", "mi_guard")
 METHOD = "mi_backprop"  # the method of a trial whose config names none
 STOPPED_EARLY = "stopped early (scheduler)"  # a trial the scheduler (ASHA) ended

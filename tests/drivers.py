@@ -43,3 +43,8 @@ def run_main(module: str, *argv: str) -> Ran:
         err.write(f"{code}\n")
         code = 1
     return Ran(code, out.getvalue(), err.getvalue())
+
+
+def run_sweep(name: str, *argv: str) -> Ran:
+    """`python -m sweeps NAME ARGV...` in this process (a registered benchmark's grid)."""
+    return run_main("__main__", name, *argv)

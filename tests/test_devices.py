@@ -11,7 +11,7 @@ import pytest
 import torch
 from ray import tune
 
-from sweeps.presets import DIGITS, IMDB, K_ABLATION, LAMBDA_SEARCH
+from sweeps.presets import DIGITS, IMDB, LAMBDA_SEARCH
 from tests.drivers import Ran, run_main
 from unbiased.trial import DeviceError, pick_device
 
@@ -47,7 +47,8 @@ def _is_the_no_cuda_line(proc: Ran | subprocess.CompletedProcess, out: Path) -> 
 
 
 def test_the_gpu_presets_name_their_device():
-    for preset in (DIGITS["paper"], K_ABLATION["paper"], LAMBDA_SEARCH["paper"], IMDB["paper"]):
+    for preset in (DIGITS["paper"], DIGITS["k_ablation_paper"], LAMBDA_SEARCH["paper"],
+                   IMDB["paper"]):
         assert preset["gpus_per_trial"] > 0 and preset["device"] == "cuda"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.drivers import run_main
+from tests.drivers import run_main, run_sweep
 from tests.test_colored_mnist import tiny_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_the_embedded_subset_has_nothing_to_fetch(tmp_path):
 def test_german_fetch_checks_a_root_copy_and_refuses_to_download(tmp_path):
     from unbiased.benchmarks import german_credit
 
-    ran = run_main("german_grid", "--fetch-data")
+    ran = run_sweep("german", "--fetch-data")
     assert ran.returncode == 0
     assert (f"nothing to fetch: German credit is the UCI file shipped in the package, "
             f"{german_credit.SHIPPED_FILE}") in ran.stdout
@@ -120,13 +120,13 @@ def test_german_fetch_checks_a_root_copy_and_refuses_to_download(tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
     shutil.copy(german_credit.SHIPPED_FILE, copy / german_credit.FILE_NAME)
-    ran = run_main("german_grid", "--fetch-data", "--root", str(copy))
+    ran = run_sweep("german", "--fetch-data", "--root", str(copy))
     assert ran.returncode == 0, ran.stderr
     assert "(79,793 bytes, 1000 rows, the UCI file's md5)" in ran.stdout
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    ran = run_main("german_grid", "--fetch-data", "--root", str(empty), "--out",
+    ran = run_sweep("german", "--fetch-data", "--root", str(empty), "--out",
                    str(tmp_path / "out"))
     assert ran.returncode == 2
     assert ran.stderr.strip().splitlines() == [ran.stderr.strip()]  # one line
@@ -139,7 +139,7 @@ def test_imdb_fetch_checks_the_release_and_says_where_to_get_it(tmp_path):
     from unbiased.benchmarks import imdb_faces
 
     write_fake_imdb(tmp_path / "faces")
-    ran = run_main("imdb_grid", "--fetch-data", "--weights", "none", "--root",
+    ran = run_sweep("imdb", "--fetch-data", "--weights", "none", "--root",
                    str(tmp_path / "faces"))
     assert ran.returncode == 0, ran.stderr
     assert "backbone weights: none (random init), nothing to fetch" in ran.stdout
@@ -147,7 +147,7 @@ def test_imdb_fetch_checks_the_release_and_says_where_to_get_it(tmp_path):
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    ran = run_main("imdb_grid", "--fetch-data", "--weights", "none", "--root", str(empty))
+    ran = run_sweep("imdb", "--fetch-data", "--weights", "none", "--root", str(empty))
     assert ran.returncode == 2
     assert ran.stderr.strip().splitlines() == [ran.stderr.strip()]
     assert ran.stderr.startswith("error: this program does not download IMDB faces")
@@ -167,28 +167,16 @@ def test_a_root_that_does_not_exist_names_the_fetch_command(tmp_path):
 
 def test_every_benchmark_driver_names_its_own_fetch_command():
     """The fetch command an error names is `python -m sweeps NAME` of the driver that ran."""
-    import importlib
-
-    from sweeps.__main__ import DRIVERS
     from sweeps.cli import driver_command, fetch_command
+    from sweeps.core import benchmark_grid
+    from sweeps.digits_grid import GRID
     from unbiased.benchmarks import registered
 
-    checked = 0
-    for name, module in DRIVERS.items():
-        grid = getattr(importlib.import_module(module), "GRID", None)
-        if name == "lambda_search":
-            prog = "lambda_search.py"  # its main's parser
-        elif grid is not None and grid.prog.endswith(".py"):
-            prog = grid.prog
-            assert prog == module.rpartition(".")[2] + ".py", (name, prog)
-        else:
-            continue  # piece, rerun, export: no benchmark driver of their own
-        assert driver_command(prog) == f"python -m sweeps {name}", (name, prog)
-        checked += 1
-    assert checked == 6
-    for name in registered():
-        if name not in DRIVERS:  # the generic grid's prog is its own command
-            assert driver_command(f"python -m sweeps {name}") == f"python -m sweeps {name}"
+    # The two drivers run as files: lambda_search.py's main's parser, digits_grid.py's.
+    assert driver_command("lambda_search.py") == "python -m sweeps lambda_search"
+    assert driver_command(GRID.prog) == "python -m sweeps digits"
+    for name in registered():  # a benchmark's grid's prog is its own command
+        assert driver_command(benchmark_grid(name).prog) == f"python -m sweeps {name}"
     # A benchmark's fetch keys given on the command line go into the command.
     command = fetch_command("python -m sweeps imdb", "imdb", "paper",
                             {"arch": "resnet18", "root": "/d a"}, {"arch"})

@@ -177,7 +177,7 @@ def test_eo_is_nan_when_a_group_has_no_positive():
 
 # -- SVM baseline ------------------------------------------------------------------------------
 def test_svm_baseline_on_one_seed(table):
-    from sweeps.baselines import SVM_C_GRID, svm_baseline
+    from unbiased.benchmarks.german import SVM_C_GRID, svm_baseline
 
     result = svm_baseline(german_credit.build(0, table=table), seed=0)
     assert result.C in SVM_C_GRID

@@ -1,24 +1,21 @@
-"""The German driver: flag validation, bad data root, SVM rows, a tiny end-to-end sweep."""
+"""The German grid (`python -m sweeps german`): flag validation, bad data root, SVM rows, a
+tiny end-to-end sweep."""
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from tests.conftest import ONE_AT_A_TIME
-from tests.drivers import Ran, run_main
-
-ROOT = Path(__file__).resolve().parents[1]
-DRIVER = ROOT / "sweeps" / "german_grid.py"
+from tests.drivers import Ran, run_sweep
 
 
 def _run(*args: str) -> Ran:
     """The driver's checks before Ray, in this process (tests/drivers.py)."""
-    return run_main("german_grid", *args)
+    return run_sweep("german", *args)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -62,8 +59,7 @@ def test_presets_keep_the_papers_german_settings():
 
 
 def test_svm_rows_follow_the_results_contract():
-    from sweeps.baselines import SvmResult
-    from sweeps.german_grid import svm_rows
+    from unbiased.benchmarks.german import SvmResult, svm_rows
 
     like = pd.DataFrame({"experiment": ["german_grid"], "lam": [1.0], "K": [30], "seed": [0],
                          "epoch": [2], "eo": [0.1], "status": pd.array(["ok"], "string")})
@@ -78,10 +74,10 @@ def test_svm_rows_follow_the_results_contract():
 
 
 def test_tiny_sweep_writes_the_results_contract_with_svm_rows(ray_local, tmp_path):
-    from sweeps.german_grid import main
+    from sweeps.__main__ import main
 
     out = tmp_path / "german"
-    rc = main(["--lam", "0,1", "--seeds", "0", "--epochs", "2", "--K", "2",
+    rc = main(["german", "--lam", "0,1", "--seeds", "0", "--epochs", "2", "--K", "2",
                "--mi-eval-steps", "20", *ONE_AT_A_TIME, "--out", str(out)])
     assert rc == 0
     df = pd.read_parquet(out / "results.parquet")

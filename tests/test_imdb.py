@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.conftest import ONE_AT_A_TIME
-from tests.drivers import Ran, run_main
+from tests.drivers import Ran, run_sweep
 from unbiased.benchmarks import imdb_faces
 from unbiased.data import DataError, LoaderSplit
 
@@ -295,7 +295,7 @@ def test_one_epoch_trial_reports_the_imdb_metrics(index):
 
 def _driver(*args: str) -> Ran:
     """The IMDB driver up to where Ray would start, in this process (tests/drivers.py)."""
-    return run_main("imdb_grid", *args)
+    return run_sweep("imdb", *args)
 
 
 def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):
@@ -339,10 +339,10 @@ def test_presets_keep_the_papers_imdb_settings():
 
 
 def test_driver_end_to_end_writes_results_and_table_2(ray_local, fake, tmp_path, capsys):
-    from sweeps.imdb_grid import main
+    from sweeps.__main__ import main
 
     out = tmp_path / "imdb"
-    rc = main(["--root", str(fake.root), "--arch", "resnet18", "--weights", "none",
+    rc = main(["imdb", "--root", str(fake.root), "--arch", "resnet18", "--weights", "none",
                "--image-size", str(SIZE), "--train-subset", "0", "--max-eval", "0",
                "--lam", "0", "--K", "2", "--seeds", "0", "--epochs", "1",
                "--batch-size", "8", "--mi-eval-steps", "20", "--workers", "0",

@@ -80,7 +80,7 @@ def test_fast_run_leaves_ray_tests_out_and_fails_the_unmarked_ones(tmp_path):
 
 @pytest.mark.parametrize(("argv", "driver"), [
     ([sys.executable, "/repo/sweeps/digits_grid.py", "--help"], True),
-    ([sys.executable, Path("sweeps") / "k_ablation.py"], True),
+    ([sys.executable, Path("sweeps") / "lambda_search.py"], True),
     ([sys.executable, "-m", "sweeps", "rerun", "OUT"], True),
     ([sys.executable, "-m", "sweeps"], True),
     ([sys.executable, "sweeps/export_epochs.py", "OUT", "CSV"], False),

@@ -111,7 +111,7 @@ def test_a_name_registered_twice_is_one_error_line(tmp_path):
                           "(ModuleNotFoundError: No module named 'nosuch')"),
 ])
 @pytest.mark.parametrize("command", [
-    ["-m", "sweeps", "digits", "--dry-run"], ["sweeps/german_grid.py", "--help"],
+    ["-m", "sweeps", "digits", "--dry-run"], ["sweeps/digits_grid.py", "--help"],
     ["sweeps/export_epochs.py", "in.csv", "out.csv"], ["-m", "analysis", "results/x"],
 ], ids=["python -m sweeps", "a driver", "export", "python -m analysis"])
 def test_a_malformed_registry_is_one_error_line_from_every_command(tmp_path, value, says,

@@ -18,7 +18,7 @@ import pytest
 from ray import tune
 
 from tests.conftest import SMALL_NET, SMALL_NET_CONFIG
-from tests.drivers import Ran, run_main
+from tests.drivers import Ran, run_main, run_sweep
 from tests.processes import alive, descendants
 from tests.test_group_signal import check_no_ray_left_after_sigkill, ray_under
 
@@ -130,7 +130,7 @@ def test_corrupt_mnist_files(tmp_path):
 def test_corrupt_german_file(tmp_path):
     bad = tmp_path / "german.data"
     bad.write_text("A11 6 A34\n")
-    proc = run_main("german_grid", "--root", str(bad), "--out", str(tmp_path / "o"))
+    proc = run_sweep("german", "--root", str(bad), "--out", str(tmp_path / "o"))
     _one_line_error(proc, "line 1")
     assert not (tmp_path / "o").exists()
 

@@ -193,6 +193,34 @@ DIGITS["fig3"] = {
     **DIGITS["cpu"], "sigma": [0.03, 0.045], "lam": [0.0, 0.5, 1.0], "seeds": [0, 1, 2],
 }
 
+# The ablations of mi_backprop at lam 1, each a digits grid under an experiment of its own
+# (`experiment`: what analysis/ablations.py's sections and `python -m sweeps rerun` read;
+# `data_axes`: the axes of its grid where they are not digits'). Those two keys say which
+# grid a preset is, not what its trials get (sweeps/cli.py, GRID_KEYS). Each is named
+# <experiment>_<the digits preset it runs>, so its default OUT is results/<preset name>.
+# The supplementary's K ablation: K in {20, 40, 80} x sigma x seeds.
+K_ABLATION = {"experiment": "k_ablation", "lam": [1.0]}
+# One sigma, one seed, 3 trials on the embedded data (minutes on 2 cores).
+DIGITS["k_ablation_quick"] = {**DIGITS["quick"], "sigma": [0.03], "K": [20, 40, 80],
+                              "seeds": [0], **K_ABLATION}
+# The supplementary's figure at full scale on the cpu protocol: sigma .020, the paper's K
+# values, seeds 0-2 (9 trials, a seed's three K side by side in grid order).
+DIGITS["k_ablation_cpu"] = {**DIGITS["cpu"], "sigma": [0.02], "K": [20, 40, 80],
+                            "seeds": [0, 1, 2], **K_ABLATION}
+# 7 sigmas x 3 K x 3 seeds = 63 trials at the paper's settings.
+DIGITS["k_ablation_paper"] = {**DIGITS["paper"], "K": [20, 40, 80], **K_ABLATION}
+# What our two critic options add to the paper's method: the four critics {paper's,
+# standardised input only, MI guard only, both} as grid axes (a flag fixes one of them:
+# `--no-mi-guard`).
+CRITIC_ABLATION = {"experiment": "critic_ablation", "lam": [1.0],
+                   "data_axes": ["sigma", "mine_standardize", "mi_guard"],
+                   "mine_standardize": [False, True], "mi_guard": [False, True]}
+DIGITS["critic_ablation_quick"] = {**DIGITS["quick"], "sigma": [0.03], "seeds": [0],
+                                   **CRITIC_ABLATION}
+# sigma .020 and .030 x seeds 0-2 x 4 critics = 24 trials on the cpu protocol.
+DIGITS["critic_ablation_cpu"] = {**DIGITS["cpu"], "sigma": [0.02, 0.03], "seeds": [0, 1, 2],
+                                 **CRITIC_ABLATION}
+
 
 # --------------------------------------------------------------------- the paper's table
 
@@ -230,13 +258,16 @@ TABLE = TableSpec(
     columns=ColumnAxis(key="sigma", symbol="σ", metric="test_acc"),
     published=PUBLISHED, corner="Training", bias_strength=True,
     # The paper's preset, and ours on full MNIST: the cpu preset's protocol, which the
-    # screen, table1 and fig3 presets (and the ablations' cpu presets) run.
+    # screen, table1 and fig3 presets (and the ablations' cpu presets) run; the ablations'
+    # presets as the digits presets they run.
     protocol=Protocol(
         comparable=frozenset({"paper", "cpu", "screen", "table1", "fig3", "group_screen",
-                               "groups", *BALANCED_SCREENS}),
+                               "groups", *BALANCED_SCREENS, "k_ablation_cpu",
+                               "k_ablation_paper", "critic_ablation_cpu"}),
         settings={"source": "mnist"}, rows=TRAIN_ROWS,
-        notes={"quick": "{preset} preset: {train_rows} training digits ({source}), {epochs} "
-                        "epochs, palette {palette} " + SMOKE,
+        notes={**dict.fromkeys(("quick", "k_ablation_quick", "critic_ablation_quick"),
+                               "{preset} preset: {train_rows} training digits ({source}), "
+                               "{epochs} epochs, palette {palette} " + SMOKE),
                "kim": "{preset} preset: Kim et al.'s protocol (their network, SGD schedule, "
                       "LNTL fine-tuned from the baseline), not the paper's: its lntl row "
                       "compares with the Kim et al. row, its ERM row with none."},

@@ -134,6 +134,8 @@ class BenchmarkSpec:
     `load(values)`: reads the data once in the driver (raising unbiased.data.DataError on the
     user's side of things) -> (objects for the trials, phrase).
     `describe(values, loaded)`: facts about the data for experiment.json and the start lines.
+    `extra_rows(values, loaded, like)`: rows of non-neural baselines the sweep adds to the
+    trials' (German: an RBF SVM per seed), with the columns and dtypes of `like`.
     `build(config, **loaded)`: the trial's unbiased.data.Benchmark.
     `fetch(values)`: `--fetch-data` (sweeps/fetch.py), on a machine with network: downloads
     the data a sweep of `values` reads (into `root` where it goes there), or checks it, and
@@ -160,6 +162,7 @@ class BenchmarkSpec:
     trade_off: tuple[str, str] | None = None
     summary: tuple[str, ...] = ("train_acc", "test_acc")
     describe: Callable[[dict, dict], tuple[dict, list[str]]] | None = None
+    extra_rows: Callable[[dict, dict, Any], Any] | None = None
     fetch: Callable[[dict], Iterable[str]] | None = None
     fetch_keys: tuple[str, ...] = ()
 
