@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -43,7 +44,6 @@ STARTED = "Ray runtime started."
 RAY_DEFAULT = Path(sys.prefix) / "ray-default"
 # Under a node's --temp-dir, the working directory Tune stages for each trial run there (named
 # as the trial's directory in the storage).
-WORKING_DIRS = "session_*/artifacts/*/*/working_dirs/*"
 
 
 def _free_port() -> int:
@@ -218,14 +218,14 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
     experiment = f"lost/{out.name}/digits_grid"
     try:
         # Once the worker node's trial has a checkpoint in the bucket (read there, not from
-        # the driver's output, which lags), the worker node vanishes. Which trial that is, the
-        # node's own disk says: Tune stages a trial's working directory on its node. The head's
-        # trial may be ahead or behind: under load one started 15 s after the other.
-        # (The job test before this one left a trial directory of its own sweep there.)
+        # the driver's output, which lags), the worker node vanishes. Which trial that is, its
+        # record's rows say (each row's node_id), and the node's id its raylet's log. The
+        # head's trial may be ahead or behind: under load one started 15 s after the other.
         deadline = time.monotonic() + 300
+        worker_id = _node_id(two_nodes.worker_temp)
         while True:
             at_kill = s3.checkpointed_epochs(experiment)  # the trials with a checkpoint
-            ours = {p.name for p in two_nodes.worker_temp.glob(WORKING_DIRS)} & set(at_kill)
+            ours = _trials_on(s3, experiment, worker_id) & set(at_kill)
             if len(ours) == 1:
                 lost = ours.pop()
                 break
@@ -234,7 +234,7 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
                                            + driver.stdout.read()[-3000:])
             assert time.monotonic() < deadline, "the worker node's trial did not checkpoint"
             time.sleep(0.2)
-        read_before = len(s3.requests("GET", "/checkpoint_"))
+        read_before = len(s3.requests("GET", "/checkpoint/"))
         victims = [two_nodes.worker.pid, *descendants(two_nodes.worker.pid)]
         for pid in victims:
             try:
@@ -251,12 +251,12 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(10)
     assert driver.returncode == 0, text[-3000:]
-    assert len(s3.requests("GET", "/checkpoint_")) > read_before  # restored from the bucket
+    assert len(s3.requests("GET", "/checkpoint/")) > read_before  # restored from the bucket
     df = pd.read_parquet(out / "results.parquet")
     assert (df["status"] == "ok").all() and df["node_id"].notna().all()
     # before the loss, one trial on each node
     assert df.loc[df["epoch"] == 1, "node_id"].nunique() == 2, df[["trial_id", "node_id"]]
-    # Tune's state and each trial's checkpoint in the bucket (STORAGE/<name of OUT>/<experiment>),
+    # Tune's files and each trial's record in the bucket (STORAGE/<name of OUT>/<experiment>),
     # not in OUT/tune; the outputs there too.
     keys = s3.keys(f"lost/{out.name}")
     assert f"{experiment}/tuner.pkl" in keys
@@ -269,7 +269,7 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
     # the trial on the lost node resumed after its last checkpoint, on the other node
     restarted = df[df["start_epoch"] > 1]
     assert restarted["trial_id"].nunique() == 1, df[["trial_id", "epoch", "start_epoch"]]
-    assert restarted["trial_id"].iloc[0] in lost  # its directory's name holds its id
+    assert restarted["trial_id"].iloc[0] == lost  # its record's key
     trial = df[df["trial_id"] == restarted["trial_id"].iloc[0]].sort_values("epoch")
     resumed_at = int(restarted["start_epoch"].min())
     assert 2 <= resumed_at <= lost_at + 1
@@ -280,3 +280,22 @@ def test_a_lost_worker_node_costs_only_the_epochs_since_the_last_checkpoint(two_
     print(f"node lost with its trial's checkpoints up to epoch {lost_at} (all: {at_kill}); "
           f"restarted trial:\n"
           + trial[["trial_id", "lam", "epoch", "start_epoch", "node_id"]].to_string())
+
+
+def _node_id(temp: Path) -> str:
+    """The id of the Ray node started with --temp-dir `temp`, as its raylet logs it."""
+    for log in temp.glob("session_*/logs/raylet.out"):
+        found = re.search(r"node ID node_id=([0-9a-f]+)", log.read_text(errors="replace"))
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no raylet log with the node's id under {temp}")
+
+
+def _trials_on(s3, experiment: str, node_id: str) -> set[str]:
+    """The keys of the trials whose record in BUCKET/experiment has a row run on `node_id`."""
+    from tests.s3 import BUCKET
+    from trainables.record import Records
+
+    records = Records(s3.filesystem(), f"{BUCKET}/{experiment}/trials")
+    return {key for key, record in records.read_all().items()
+            if any(row.get("node_id") == node_id for row in record.rows)}

@@ -90,7 +90,7 @@ def resume_line(log: Path) -> list[str]:
 
 
 def _checkpointed(out: Path) -> bool:
-    return any(out.glob("tune/digits_grid/*/checkpoint_*"))
+    return any(out.glob("tune/digits_grid/trials/*/checkpoint/*"))
 
 
 def _addresses(log: Path) -> list[str]:

@@ -121,7 +121,7 @@ def test_a_cancelled_sweep_ends_well_before_slurms_killwait(slurm, tmp_path):
     out, log = tmp_path / "out", tmp_path / "cancel.log"
     job = slurm.sbatch(log, "--time=10", str(SCRIPT), *SWEEP, "--device", "cpu",
                        "--epochs", "200", "--out", str(out))
-    _until(lambda: any(out.glob("tune/digits_grid/*/checkpoint_*")), "a checkpoint", 300,
+    _until(lambda: any(out.glob("tune/digits_grid/trials/*/checkpoint/*")), "a checkpoint", 300,
            _logs(slurm, log))
     cancelled = time.monotonic()
     slurm.run("scancel", job)  # every process of the job, Ray's GCS among them, gets SIGTERM
@@ -130,11 +130,11 @@ def test_a_cancelled_sweep_ends_well_before_slurms_killwait(slurm, tmp_path):
     text = log.read_text()
     assert took < KILL_WAIT_S - 5, (took, text[-3000:])  # not ended by Slurm's SIGKILL
     # The driver says it stopped, unless Ray's core worker ended it first on losing its node's
-    # raylet (exit status 1); the script's line says it always. Tune's state is on disk (its
-    # last save, at the latest the one at the last checkpoint) for --resume.
+    # raylet (exit status 1); the script's line says it always. The trials' records are on
+    # disk for --resume.
     assert re.search(r"sweep.sbatch: stopped by TERM; continue with: sbatch \[the same "
                      r"options\] slurm/sweep.sbatch sweeps/digits_grid.py .* --resume\n", text)
-    assert any(out.glob("tune/digits_grid/experiment_state-*.json"))
+    assert any(out.glob("tune/digits_grid/trials/*/epochs.jsonl"))
     assert "signal wakeup fd" not in text  # the StopWatch reads it to the end
     assert not with_text(f"/tmp/ray_{job}_"), job
     print(f"ended {took:.0f} s after scancel")
