@@ -4,6 +4,7 @@
 #   make test-fast - the unit tier: no Ray, no sweep driver, no signals (markers, pyproject.toml)
 #   make test-integration - sweeps and trials on one shared local Ray
 #   make test-system - signals, SIGKILL, node loss, several nodes, trackers, servers
+#   make test-ray-newest - the tests that lean on Ray most, under the newest Ray allowed
 #   make gpu-check - on a machine with a CUDA GPU: CUDA tests, a paper-preset slice, a report
 #   make .venv/.installed TORCH_CUDA=cu126 - torch's CUDA 12.6 build, for NVIDIA drivers 525-579
 #     (unset: PyPI's CUDA 13.0 build, driver >= 580; the builds: tools/torch_builds.txt)
@@ -12,7 +13,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: quick test test-fast test-integration test-system system-packages lint gpu-check clean-venv
+.PHONY: quick test test-fast test-integration test-system test-ray-newest system-packages lint gpu-check clean-venv
 
 # torch pinned: these wheels are on local disk here; a bare range would fetch GBs. uv installs
 # what pip would (the highest version across pip's sources, tools/pip_sources.py) in 40% of
@@ -33,6 +34,10 @@ TORCH_BUILD := $(if $(TORCH_CUDA),+$(TORCH_CUDA))
 TORCH_INDEX := $(if $(TORCH_CUDA),--extra-index-url https://download.pytorch.org/whl/$(TORCH_CUDA) )
 TORCH_MARK := $(if $(TORCH_CUDA),$(VENV)/.torch-$(TORCH_CUDA))
 REQUIREMENTS := $(TORCH_INDEX)torch==2.14.1$(TORCH_BUILD) torchvision==0.29.1$(TORCH_BUILD) -e '.[dev,mlflow,wandb]'
+# pyproject allows Ray 2.58-2.60 (the tests pass on both ends); .venv gets the release the
+# cluster images carry (cluster.yaml, Dockerfile), .venv-ray-newest the newest.
+RAY_TESTED := 2.58.1
+RAY_NEWEST := 2.60.*
 # ray[default] (the job server of the job test's head) beside the environment, not in it: in it,
 # every Ray the tests start would run the full dashboard agent (tools/ray_default_extras.py).
 UV_VERSION := 0.13.9
@@ -43,10 +48,11 @@ $(VENV)/.installed: pyproject.toml tools/ray_default_extras.py $(TORCH_MARK)
 	if $(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); then \
 	  $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
 	    --index-strategy unsafe-best-match \
-	    $$($(PY) tools/pip_sources.py) $(REQUIREMENTS); \
+	    $$($(PY) tools/pip_sources.py) $(REQUIREMENTS) 'ray[tune]==$(RAY_TESTED)'; \
 	else \
 	  echo "uv not installable: installing with pip"; \
-	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet $(REQUIREMENTS); \
+	  $(PY) -m pip install --quiet --upgrade pip && \
+	  $(PY) -m pip install --quiet $(REQUIREMENTS) 'ray[tune]==$(RAY_TESTED)'; \
 	fi
 	$(PY) tools/ray_default_extras.py $(VENV)/ray-default
 	$(if $(TORCH_MARK),touch $(TORCH_MARK))
@@ -65,6 +71,25 @@ quick: $(VENV)/.installed
 # one-core tests fill it (docs/MEASURED.md, "The test suite's time").
 test: $(VENV)/.installed system-packages
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
+	$(MAKE) --no-print-directory test-ray-newest
+
+# The newest Ray pyproject allows, everything else as .venv. Its tests: the trial's record and
+# session under Tune, resume, --done, warm starts, the lambda search's resume, the stop, Ray's
+# internals (sweeps/ray_private.py); the rest of the Ray tier runs in .venv only (CI's time).
+NEWEST_VENV := .venv-ray-newest
+NEWEST_TESTS := tests/test_ray_adapter.py tests/test_records.py tests/test_session_tune.py \
+  tests/test_done.py tests/test_warm_start.py tests/test_lambda_search.py
+$(NEWEST_VENV)/.installed: pyproject.toml $(VENV)/.installed
+	$(PYTHON) -m venv $(NEWEST_VENV)
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(NEWEST_VENV)/bin/python \
+	  --index-strategy unsafe-best-match $$($(PY) tools/pip_sources.py) $(REQUIREMENTS) \
+	  'ray[tune]==$(RAY_NEWEST)'
+	touch $@
+
+test-ray-newest: $(NEWEST_VENV)/.installed system-packages
+	$(NEWEST_VENV)/bin/python -c "import ray; print('tests under Ray', ray.__version__)"
+	$(NEWEST_VENV)/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder \
+	  -m "not system" $(NEWEST_TESTS) $(ARGS)
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 -m "not ray and not system" $(ARGS)

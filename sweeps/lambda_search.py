@@ -118,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         samples = int(args["samples"])
         studies = [(m, float(s), int(seed)) for m in args["method"] for s in args["sigma"]
                    for seed in args["seeds"]]
+        if args.dry_run:  # what would run; nothing started
+            low, high = args["lam_range"]
+            print(f"{EXPERIMENT}: preset {args.preset}, {len(studies)} studies x {samples} "
+                  f"trials, lam log-uniform in [{low:g}, {high:g}], {args['epochs']} epochs "
+                  f"each -> {args.out} (dry run: nothing started)")
+            for method, sigma, seed in studies:
+                print(f"  study: method {method}, sigma {sigma:g}, seed {seed}")
+            return 0
         loaded = start(grid, args, f"{len(studies)} studies x {samples} trials")
         from ray import tune
 

@@ -136,3 +136,14 @@ def test_every_driver_shares_the_argument_surface(driver, capsys):
     for flag in ("--preset", "--K", "--seeds", "--epochs", "--scheduler", "--address",
                  "--storage-path", "--out", "--resume", "  quick:", "  paper:"):
         assert flag in text, flag
+
+
+def test_a_dry_run_lists_the_studies_and_starts_nothing(tmp_path, capsys):
+    from sweeps.lambda_search import main
+
+    out = tmp_path / "search"
+    assert main(["--sigma", "0.02,0.03", "--samples", "4", "--dry-run", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 studies x 4 trials" in printed and "(dry run: nothing started)" in printed
+    assert "study: method mi_backprop, sigma 0.02, seed 0" in printed
+    assert not out.exists()
