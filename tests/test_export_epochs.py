@@ -112,7 +112,7 @@ def test_a_stopped_sweeps_records_are_its_rows(tmp_path, capsys):
     records.write("b", [{"epoch": 1, "m0/epoch": 1, "m0/test_acc": 0.4, "m1/epoch": 1,
                          "m1/test_acc": 0.3}], {"state_m0.pt": b"", "state_m1.pt": b""})
     dest = tmp_path / "epochs.csv"
-    assert "3 epochs of 3 trials" in _export(tmp_path, dest, capsys=capsys)
+    assert "4 epochs of 3 trials" in _export(tmp_path, dest, capsys=capsys)
     rows = pd.read_csv(dest).set_index("trial_id")
     assert rows.loc["sigma=0.03_method=mi_backprop_lam=1.0_seed=0_K=2", "test_acc"] == 0.3
     assert list(rows.loc["p", "epoch"]) == [1, 2]

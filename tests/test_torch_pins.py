@@ -276,8 +276,8 @@ def test_make_without_torch_cuda_installs_pypis_torch_as_before():
     installs = [line for line in run.stdout.splitlines() if "torch==" in line]
     assert len(installs) == 2
     for line in installs:
-        assert line.rstrip("; \\").endswith(
-            " torch==2.14.1 torchvision==0.29.1 -e '.[dev,mlflow,wandb]'")
+        assert line.rstrip("; \\").endswith(  # and the Ray the tests run on
+            " torch==2.14.1 torchvision==0.29.1 -e '.[dev,mlflow,wandb]' 'ray[tune]==2.58.1'")
 
 
 @pytest.mark.parametrize("build", ["cu126", "cpu"])
