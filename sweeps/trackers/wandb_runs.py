@@ -237,8 +237,8 @@ def _trial_runs_callback():
             if self.writer is None or trial.trial_id not in self.points:
                 self.log_trial_start(trial)
             points = self._points_of(trial)
-            if points[0][0] == trial.trial_id:
-                own = [(trial.trial_id, result)]
+            if len(points) == 1:  # a bundle has two members at least
+                own = [(points[0][0], result)]
             else:  # a bundle: each member's part, None once it has diverged
                 own = [(run_id, member_result(result, i)) for i, (run_id, _) in
                        enumerate(points)]
