@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import pandas as pd
@@ -64,85 +64,85 @@ def has_key(method: str, key: str) -> bool:
     return key in config_keys(method)
 
 
-@dataclass
+@dataclass(frozen=True)
 class GridSpec:
-    """What one grid driver adds to the core.
+    """A registered benchmark's grid (unbiased/benchmarks/: its presets, flags, build keys,
+    data axes, loading, description and baseline rows, run by the generic trainable), with
+    what a driver sets otherwise: its experiment (default `<name>_grid`; another one names
+    the default OUT after it), presets (the lambda search's), data axes, prog and
+    description."""
 
-    `build_keys`: trial config keys the benchmark's build reads (data root, model options).
-    `data_axes`: keys swept besides method, lam, K and seed (a list in the preset, one
-    value per trial).
-    `load(args)`: reads the data once in the driver (failing with SweepError before Ray
-    starts); returns the objects the trainable gets through the object store and a phrase
-    describing the data for the start line.
-    `trainable()`: the Tune function (imported late: trainables import torch and ray).
-    `extra_rows(args, loaded, df)`: rows of non-neural baselines added to the results.
-    `describe(args, loaded)`: facts about the data the sweep runs on (digits: the bias
-    strength), as (entries for OUT/experiment.json, lines printed at the start).
-    """
+    bench: BenchmarkSpec
+    experiment_name: str | None = None
+    own_presets: dict[str, dict[str, object]] | None = None
+    own_axes: tuple[str, ...] | None = None
+    own_prog: str | None = None
+    own_description: str | None = None
 
-    prog: str
-    description: str
-    experiment: str
-    benchmark: str
-    presets: dict[str, dict[str, object]]
-    build_keys: tuple[str, ...]
-    data_axes: tuple[str, ...]
-    load: Callable[[SweepArgs], tuple[dict[str, object], str]]
-    trainable: Callable[[], Callable]
-    summary_metrics: tuple[str, ...]  # the metrics the closing summary shows
-    parser_options: dict[str, object] = field(default_factory=dict)
-    out_name: str | None = None  # default OUT is results/<out_name or benchmark>_<preset>
-    extra_rows: Callable[[SweepArgs, dict, pd.DataFrame], pd.DataFrame] | None = None
-    describe: Callable[[SweepArgs, dict], tuple[dict, list[str]]] | None = None
+    @property
+    def benchmark(self) -> str:
+        return self.bench.name
 
-    @classmethod
-    def from_benchmark(cls, bench: BenchmarkSpec, *, prog: str | None = None,
-                       description: str | None = None,
-                       presets: dict[str, dict[str, object]] | None = None,
-                       experiment: str | None = None,
-                       data_axes: tuple[str, ...] | None = None) -> GridSpec:
-        """The grid of a registered benchmark: its presets, flags, build keys, data axes,
-        loading, description and baseline rows, run by the generic trainable. A caller passes
-        what differs (the lambda search's presets; bench/ probes).
-        Default experiment `<name>_grid`; a driver with another experiment name has its
-        default OUT named after it."""
-        grid = f"{bench.name}_grid"
-        experiment = experiment or grid
-        axes = bench.data_axes if data_axes is None else data_axes
+    @property
+    def experiment(self) -> str:
+        return self.experiment_name or f"{self.bench.name}_grid"
 
-        def load(args: SweepArgs) -> tuple[dict[str, object], str]:
-            from sweeps.fetch import sweep_missing_data
-            from unbiased.data import DataError
+    @property
+    def presets(self) -> dict[str, dict[str, object]]:
+        return self.bench.presets if self.own_presets is None else self.own_presets
 
-            try:
-                return bench.load(args.values)
-            except DataError as exc:  # missing data: the command that fetches it
-                raise SweepError(sweep_missing_data(exc, args)) from None
+    @property
+    def data_axes(self) -> tuple[str, ...]:
+        return self.bench.data_axes if self.own_axes is None else self.own_axes
 
-        def describe(args: SweepArgs, loaded: dict) -> tuple[dict, list[str]]:
-            assert bench.describe is not None
-            return bench.describe(args.values, loaded)
+    @property
+    def prog(self) -> str:
+        return self.own_prog or f"python -m sweeps {self.bench.name}"
 
-        def trainable() -> Callable:
-            from trainables.tune_trial import trainable_for
+    @property
+    def description(self) -> str:
+        return self.own_description or self.bench.description
 
-            return trainable_for(bench.name)
+    @property
+    def parser_options(self) -> dict[str, object]:
+        return {"benchmark": self.bench}
 
-        def extra_rows(args: SweepArgs, loaded: dict, like: pd.DataFrame) -> pd.DataFrame:
-            assert bench.extra_rows is not None
-            return bench.extra_rows(args.values, loaded, like)
+    @property
+    def out_name(self) -> str | None:
+        """The default OUT's name when not the benchmark's (results/<it>_<preset>)."""
+        return None if self.experiment == f"{self.bench.name}_grid" else self.experiment
 
-        return cls(
-            prog=prog or f"python -m sweeps {bench.name}",
-            description=description or bench.description, experiment=experiment,
-            benchmark=bench.name,
-            presets=bench.presets if presets is None else presets,
-            build_keys=bench.build_keys, data_axes=axes, load=load, trainable=trainable,
-            summary_metrics=bench.summary,
-            parser_options={"benchmark": bench},
-            out_name=None if experiment == grid else experiment,
-            extra_rows=extra_rows if bench.extra_rows is not None else None,
-            describe=describe if bench.describe is not None else None)
+    def load(self, args: SweepArgs) -> tuple[dict[str, object], str]:
+        """The data, read once in the driver (SweepError before Ray starts, with the
+        command that fetches missing data): the objects the trainable gets through the
+        object store, and a phrase for the start line."""
+        from sweeps.fetch import sweep_missing_data
+        from unbiased.data import DataError
+
+        try:
+            return self.bench.load(args.values)
+        except DataError as exc:
+            raise SweepError(sweep_missing_data(exc, args)) from None
+
+    def describe(self, args: SweepArgs, loaded: dict) -> tuple[dict, list[str]]:
+        """Facts about the data (digits: the bias strength): entries for
+        OUT/experiment.json, lines printed at the start."""
+        if self.bench.describe is None:
+            return {}, []
+        return self.bench.describe(args.values, loaded)
+
+    def trainable(self) -> Callable:
+        """The Tune function (imported late: it imports torch and ray)."""
+        from trainables.tune_trial import trainable_for
+
+        return trainable_for(self.bench.name)
+
+    def extra_rows(self, args: SweepArgs, loaded: dict, like: pd.DataFrame
+                   ) -> pd.DataFrame | None:
+        """Rows of the benchmark's non-neural baselines (German's SVM), if it has any."""
+        if self.bench.extra_rows is None:
+            return None
+        return self.bench.extra_rows(args.values, loaded, like)
 
     def for_preset(self, preset: str) -> GridSpec:
         """The grid a preset runs: one that names an experiment of its own (the ablations of
@@ -151,15 +151,15 @@ class GridSpec:
         values = self.presets[preset]
         if "experiment" not in values:
             return self
-        return replace(self, experiment=str(values["experiment"]),
-                       data_axes=tuple(values.get("data_axes", self.data_axes)))
+        return replace(self, experiment_name=str(values["experiment"]),
+                       own_axes=tuple(values.get("data_axes", self.data_axes)))
 
     def summary_columns(self) -> tuple[str, ...]:
-        return ("method", *self.data_axes, "lam", "K", "seed", "epoch", *self.summary_metrics,
+        return ("method", *self.data_axes, "lam", "K", "seed", "epoch", *self.bench.summary,
                 "mi", "mi_eval", "status")
 
     def trial_keys(self) -> tuple[str, ...]:
-        return (*RUN_KEYS, *method_keys(), *self.build_keys)
+        return (*RUN_KEYS, *method_keys(), *self.bench.build_keys)
 
     def fixed_values(self, values: dict) -> dict:
         """The values every trial of the sweep shares."""
@@ -258,12 +258,12 @@ class GridSpec:
         return ("method", *self.data_axes, "lam", "K", "seed")
 
 
-def benchmark_grid(name: str, **options) -> GridSpec:
-    """The grid `python -m sweeps NAME` runs: the registered benchmark's (options: as
-    GridSpec.from_benchmark's)."""
+def benchmark_grid(name: str, **overrides) -> GridSpec:
+    """The grid `python -m sweeps NAME` runs: the registered benchmark's, with a driver's
+    `overrides` (GridSpec's fields)."""
     from unbiased.benchmarks import benchmark_spec
 
-    return GridSpec.from_benchmark(benchmark_spec(name), **options)
+    return GridSpec(benchmark_spec(name), **overrides)
 
 
 def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
@@ -374,7 +374,7 @@ def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
         check_storage_reachable(args)
     check_out_dir(args, spec.experiment)
     loaded, data = spec.load(args)
-    facts, lines = spec.describe(args, loaded) if spec.describe else ({}, [])
+    facts, lines = spec.describe(args, loaded)
     args.extra.update(facts)
     trackers.start(args, spec.experiment)
     print(f"{spec.experiment}: preset {args.preset}, {trials} ({data}), {args['epochs']} "
@@ -400,8 +400,9 @@ def finish(spec: GridSpec, args: SweepArgs, df: pd.DataFrame, loaded: dict[str, 
     default the summary of each trial's reported row), the paths written and the trackers'
     hints printed. Returns the exit status: 1 where a trial failed."""
     try:
-        if spec.extra_rows is not None:
-            df = pd.concat([df, spec.extra_rows(args, loaded, df)], ignore_index=True)
+        extra = spec.extra_rows(args, loaded, df)
+        if extra is not None:
+            df = pd.concat([df, extra], ignore_index=True)
         written = write_outputs(args, spec.experiment, df)
         if after is not None:
             written += after(args, df)

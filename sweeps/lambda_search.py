@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser("lambda_search.py", __doc__.splitlines()[0], LAMBDA_SEARCH,
                           search=True, **GRID.parser_options)
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
-    grid = replace(GRID, experiment=EXPERIMENT)
+    grid = replace(GRID, experiment_name=EXPERIMENT)
     try:
         # Every method's config at both ends of the lambda range and each K, before Ray.
         grid.check_read(args.values, args.explicit)
