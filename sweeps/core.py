@@ -523,6 +523,11 @@ def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[di
     trial a point to run starts from: its checkpoint is read from its record, and rows taken
     from a CSV carry none. Reads only: the CSV's rows become records at the launch."""
     fixed = spec.fixed_values(args.values)
+    if args.resume and records.before_records():
+        raise SweepError(f"cannot resume {args.out}: it ran before trials kept records of their "
+                         f"own (trainables/record.py); carry its finished epochs over with "
+                         f"`python -m sweeps export {args.out} CSV`, then run the sweep again "
+                         f"with --done CSV into a new --out")
     held = point_records(records, fixed, points) if args.resume else {}
     done = {key for key, (_, _, _, ended) in held.items() if ended}
     lines = []

@@ -147,3 +147,14 @@ def test_a_bundles_members_keep_their_points_order(tmp_path):
     (read,) = records.read("b").config["members"]
     assert trial_key([read]) == trial_key([member]) == (
         "sigma=0.03_method=mi_backprop_lam=0.5_seed=0_K=2")
+
+
+def test_a_sweep_from_before_records_is_told_apart(tmp_path):
+    # Tune's experiment state and no record: a --resume of it is refused (sweeps/core.py)
+    records = Records.at(str(tmp_path), "grid")
+    assert not records.before_records()  # nothing at all: a new sweep
+    (tmp_path / "grid").mkdir()
+    (tmp_path / "grid" / "experiment_state-2026-11-28_10-00-00.json").write_text("{}")
+    assert records.before_records()
+    _run(records, "a", 1)
+    assert not records.before_records()

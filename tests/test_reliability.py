@@ -403,3 +403,13 @@ def test_a_trial_that_never_reported_is_not_counted_as_finished():
     half = SimpleNamespace(error=None, metrics={"epoch": 1}, config={"epochs": 3})
     done = SimpleNamespace(error=None, metrics={"epoch": 3}, config={"epochs": 3})
     assert [finished(r) for r in (never, half, done)] == [False, False, True]
+
+
+def test_resuming_a_sweep_from_before_records_says_how_to_carry_it_over(tmp_path):
+    out = tmp_path / "out"
+    (out / "tune" / "digits_grid").mkdir(parents=True)
+    (out / "tune" / "digits_grid" / "experiment_state-2026-11-28_10-00-00.json").write_text("{}")
+    (out / "experiment.json").write_text(json.dumps({"experiment": "digits_grid"}))
+    proc = _in_process(*TINY, "--out", str(out), "--resume")
+    _one_line_error(proc, "ran before trials kept records of their own")
+    assert f"python -m sweeps export {out} CSV" in proc.stderr

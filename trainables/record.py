@@ -194,6 +194,15 @@ class Records:
                 files[info.base_name] = self._read(info.path)
         return files
 
+    def before_records(self) -> bool:
+        """Whether the experiment holds Tune's state of a run from before records (its
+        experiment_state files) and no record: a sweep a launch cannot continue."""
+        if self.keys():
+            return False
+        experiment = self.root.rpartition("/")[0]
+        return any(info.base_name.startswith("experiment_state-")
+                   for info in self._listing(experiment))
+
     def keys(self) -> list[str]:
         return sorted(info.base_name for info in self._listing(self.root)
                       if info.type == pafs.FileType.Directory)
