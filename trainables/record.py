@@ -24,14 +24,13 @@ from dataclasses import dataclass, field
 
 from pyarrow import fs as pafs
 
-from unbiased.settings import WARM_FROM
+from unbiased.settings import MEMBERS_KEY, POINT_KEY, WARM_FROM
 
 TRIALS_DIR = "trials"
 POINT_FILE = "point.json"
 END_FILE = "end.json"  # the driver saw the trial end (or --done took it over)
 ROWS_FILE = "epochs.jsonl"
 CHECKPOINT_DIR = "checkpoint"
-POINT_KEY, MEMBERS_KEY = "point", "members"  # sweeps/core.py's grid point, a bundle's members
 _CHECKPOINT = "_checkpoint"  # in a row: {"dir": "<n>", "files": [...]} of its checkpoint
 RESTORED = "restored"  # in a report to Tune: a row of the record, told again after a restart
 

@@ -146,6 +146,7 @@ WARM_FROM = "warm_from"
 # A sweep's trial has its grid point under this config key (sweeps/core.py). Here, torch- and
 # ray-free, so that the trial loop (unbiased/trial.py) and the sweeps read it from one place.
 POINT_KEY = "point"
+MEMBERS_KEY = "members"  # a bundle trial's point: its grid points under this key
 
 
 def flat_config(config: dict) -> dict:

@@ -49,7 +49,13 @@ from unbiased.data import Benchmark
 from unbiased.methods import DEFAULT_METHOD, EpochStats, make_method
 from unbiased.methods.bundle import MIBackpropBundle
 from unbiased.mine import mi_eval
-from unbiased.settings import WARM_FROM, TrialSettings, flat_config, trial_rule_problems
+from unbiased.settings import (
+    MEMBERS_KEY,
+    WARM_FROM,
+    TrialSettings,
+    flat_config,
+    trial_rule_problems,
+)
 from unbiased.stopping import (
     CRITERION,
     SELECT_EPOCH_RULES,
@@ -555,7 +561,6 @@ def close_epoch(algo, plan: Plan, rule: StoppingRecords | None, metrics: dict,
 
 
 # A trial bundle (module docstring).
-MEMBERS_KEY = "members"  # a bundle trial's config: its grid points under this key
 WATCHED = ("loss_task", "penalty", "mi_batch", "mi")
 
 
