@@ -67,7 +67,12 @@ class Record:
 
     def metrics(self) -> list[dict]:
         """The rows as the trial reported them."""
-        return [{k: v for k, v in row.items() if k != _CHECKPOINT} for row in self.rows]
+        return [reported(row) for row in self.rows]
+
+
+def reported(row: dict) -> dict:
+    """A row of a record as the trial reported it (without the checkpoint it names)."""
+    return {k: v for k, v in row.items() if k != _CHECKPOINT}
 
 
 class Records:

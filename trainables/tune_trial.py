@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trainables.record import RESTORED, TRIALS_DIR, Records, trial_key_of
+from trainables.record import RESTORED, TRIALS_DIR, Records, reported, trial_key_of
 from unbiased.benchmarks import benchmark_spec
 from unbiased.settings import flat_config
 from unbiased.trial import MEMBERS_KEY, machine_id, run_bundle, run_trial
@@ -89,8 +89,7 @@ class TuneSession:
 
         self._record()
         for row in self.rows:
-            tune.report({**{k: v for k, v in row.items() if not k.startswith("_")},
-                         RESTORED: True})
+            tune.report({**reported(row), RESTORED: True})
         return self.restored
 
     def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
