@@ -2,12 +2,12 @@
 budget, run without Ray, their per-epoch rows written for `--done`.
 
 A GPU lent for ten minutes at a time, with nothing kept between runs but the rows committed
-from them, cannot hold a sweep's Tune state; what it can do is finish a few trials whole. A
-piece reads the rows committed so far (`--done CSV`, the CSV `python -m sweeps export`
-writes), leaves out every trial they hold whole (as `--done` does, sweeps/done.py), takes the
-next trials in grid order (seed 0 at every data point and lambda, then the next seed), and
-groups them into trial bundles sized so that each finishes inside what is left of
-`--budget`: a bundle of B members costs
+from them, cannot hold a sweep; what it can do is finish a few trials whole. A piece decides
+what is done as a sweep's launch does (sweeps/done.py: `--done CSV`, the rows committed so
+far, and with `--resume` the records already in OUT), takes the next trials in grid order
+(seed 0 at every data point and lambda, then the next seed), and groups them into trial
+bundles sized so that each finishes inside what is left of `--budget`: a bundle of B members
+costs
 
     setup_s + epochs x steps an epoch x step_ms(B) / 1000
             + B x (epochs x epoch_s + re-estimates x estimate_s)
@@ -16,10 +16,11 @@ with step_ms(B) interpolated from the costs file's measured outer steps (`--cost
 default bench/results/gpu/piece_costs.json), at the trial's precision. After each bundle
 the estimate is scaled by what the bundles so far took against their estimates. A bundle
 that cannot finish in the time left is not started. Each trial runs through the sweep's own
-trial loop (`run_trial`, or `run_bundle` for a bundle, with a recording session), with the
-config a sweep of the same flags would give it; the rows of each finished bundle are
-written at once (OUT/epochs.csv, atomically), with torch's and CUDA's versions and the GPU's
-name, so a run cut off keeps every trial it finished.
+trial loop (`run_trial`, or `run_bundle` for a bundle) with the config a sweep of the same
+flags would give it, and keeps its record where the sweep would (OUT/tune, trainables/
+record.py). After each bundle every finished trial's rows are written (OUT/epochs.csv, in
+export's format, atomically), with torch's and CUDA's versions and the GPU's name, so a run
+cut off keeps every trial it finished.
 
     python -m sweeps piece --preset paper --root DATA --done bench/results/paper_gpu/epochs.csv \\
         --budget 540 --out results/piece
@@ -45,18 +46,19 @@ import pandas as pd
 
 from sweeps.cli import resolve
 from sweeps.common import SweepError, fail
-from sweeps.core import GridSpec, bundle_points, check_local_gpu
-from sweeps.done import read_done, split_done
+from sweeps.core import GridSpec, bundle_points, check_local_gpu, take_done
+from sweeps.done import point_records, split_done
+from sweeps.outputs import storage_dir
+from trainables.record import Records, RecordSession
 from unbiased.settings import POINT_KEY
-from unbiased.trial import RecordingSession
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_COSTS = ROOT / "bench" / "results" / "gpu" / "piece_costs.json"
 ROWS_FILE = "epochs.csv"  # OUT/<this>: the piece's finished trials, in export's format
 PLAN_FILE = "piece.json"  # OUT/<this>: budget, bundles, estimates against seconds taken
-# Sweep flags a piece has no use for: it runs in this process, without Ray or Tune's state.
-_NOT_READ = {"address": "--address", "storage_path": "--storage-path", "resume": "--resume",
-             "tracker": "--tracker"}
+# Sweep flags a piece has no use for: it runs in this process, without Ray, on a machine that
+# keeps nothing.
+_NOT_READ = {"address": "--address", "storage_path": "--storage-path", "tracker": "--tracker"}
 
 
 @dataclass(frozen=True)
@@ -126,12 +128,14 @@ def plan_size(todo: list[dict], left_s: float, shape: Shape, costs: Costs, most:
     return 0
 
 
-class PieceSession(RecordingSession):
-    """A recording session (unbiased/trial.py) that prints every tenth epoch."""
+class PieceSession(RecordSession):
+    """A record's session (trainables/record.py) that prints every tenth epoch, and puts
+    torch's and CUDA's versions and the GPU's name in every row."""
 
-    def __init__(self, trial_id: str, epochs: int) -> None:
-        super().__init__(trial_id=trial_id)
-        self.epochs = epochs
+    def __init__(self, records: Records, config: dict, epochs: int,
+                 stamp: dict[str, str]) -> None:
+        super().__init__(records, config)
+        self.epochs, self.stamp = epochs, stamp
         self.started = time.perf_counter()
 
     def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
@@ -139,7 +143,10 @@ class PieceSession(RecordingSession):
         epoch = int(metrics.get("epoch", 0))
         if epoch == 1 or epoch % 10 == 0 or epoch == self.epochs:
             took = time.perf_counter() - self.started
-            print(f"  {self.id}: epoch {epoch}/{self.epochs}, {took:.0f} s", flush=True)
+            print(f"  {self.key}: epoch {epoch}/{self.epochs}, {took:.0f} s", flush=True)
+
+    def where(self) -> dict[str, str]:
+        return {**super().where(), **self.stamp}
 
 
 def versions() -> dict[str, str]:
@@ -196,21 +203,18 @@ def trial_precision(config: dict) -> str:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def rows_of(spec: GridSpec, config: dict, reports: list[dict], trial_id: str,
-            stamp: dict[str, str]) -> pd.DataFrame:
-    """A finished trial's (or bundle's) reports as rows in export's format, one grid point
-    each (a bundle's members split as results_frame does)."""
-    from sweeps.done import trial_points
+def finished_rows(spec: GridSpec, records: Records, fixed: dict) -> pd.DataFrame:
+    """Every grid point of a finished trial in the records, in export's format (a bundle's
+    members split as results_frame does)."""
     from sweeps.export_epochs import export_frame
     from sweeps.results_frame import results_frame
-    from trainables.record import trial_key_of
-    from unbiased.settings import flat_config as flat
 
-    points = trial_points(pd.DataFrame(reports), flat(config),
-                          trial_key_of(config) or trial_id)
-    df = results_frame([(rows, own, key, None) for key, own, rows in points],
-                       spec.experiment, spec.benchmark, spec.result_columns())
-    return export_frame(df.assign(**stamp))
+    trials = [(rows, config, key, None) for key, (rows, config, _, ended)
+              in point_records(records, fixed).items() if ended]
+    if not trials:
+        return pd.DataFrame()
+    return export_frame(results_frame(trials, spec.experiment, spec.benchmark,
+                                      spec.result_columns()))
 
 
 def parse(spec: GridSpec, argv: list[str] | None):
@@ -283,11 +287,8 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
     try:
         points = spec.validate(args.values)
         fixed = spec.fixed_values(args.values)
-        finished: list = []
-        todo = points
-        if args.done is not None:
-            rows = read_done(args.done, spec.param_keys())
-            todo, finished = split_done(args.done, rows, points, fixed)
+        records = Records.at(storage_dir(args), spec.experiment)
+        todo, done_lines = take_done(spec, args, records, points)
         costs = Costs.read(ns.costs)
         config = {**fixed, "num_threads": max(1, int(float(args.values["cpus_per_trial"])))}
         precision = trial_precision(config)
@@ -296,18 +297,20 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
         out_rows = args.out / ROWS_FILE
         if not args.dry_run:
             check_local_gpu(args)
-            if out_rows.exists() and not args.overwrite:
+            if out_rows.exists() and not (args.overwrite or args.resume):
                 raise SweepError(f"{out_rows} exists (an earlier piece's rows: merge them "
                                  f"with `python -m sweeps export {out_rows} CSV`); give "
-                                 f"--overwrite to replace it, or another --out")
+                                 f"--resume to go on from its records, --overwrite to "
+                                 f"replace it, or another --out")
         loaded, said = spec.load(args) if todo else ({}, "")
     except SweepError as exc:
         fail(str(exc))
     most = min(ns.max_members or costs.largest(precision), max(costs.step_ms[precision]))
-    print(f"piece: preset {args.preset}, {len(finished)} of {len(points)} trials whole in "
-          f"{args.done or '(no --done)'}, {len(todo)} to run; budget {ns.budget:.0f} s; "
-          f"costs {ns.costs} ({costs.device}, precision {precision}, bundles of up to "
-          f"{most})", flush=True)
+    for line in done_lines:
+        print(f"piece: {line}", flush=True)
+    print(f"piece: preset {args.preset}, {len(todo)} of {len(points)} trials to run; budget "
+          f"{ns.budget:.0f} s; costs {ns.costs} ({costs.device}, precision {precision}, "
+          f"bundles of up to {most})", flush=True)
     if not todo:
         print("piece: every trial of the grid is whole: nothing to run")
         return 0
@@ -319,7 +322,9 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
     if args.dry_run:
         dry_plan(spec, todo, fixed, shape, costs, most, ns)
         return 0
-    return run_piece(spec, args, ns, todo, config, loaded, shape, costs, most, stamp,
+    if not args.resume:
+        records.clear()  # a new piece: an earlier one's trials are not its own
+    return run_piece(spec, args, ns, records, todo, config, loaded, shape, costs, most, stamp,
                      deadline)
 
 
@@ -341,15 +346,14 @@ def dry_plan(spec: GridSpec, todo: list[dict], fixed: dict, shape: Shape, costs:
     print(f"piece: dry run: nothing started; {len(todo)} trials would be left")
 
 
-def run_piece(spec: GridSpec, args, ns: argparse.Namespace, todo: list[dict], config: dict,
-              loaded: dict, shape: Shape, costs: Costs, most: int, stamp: dict[str, str],
-              deadline: float) -> int:
+def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: Records,
+              todo: list[dict], config: dict, loaded: dict, shape: Shape, costs: Costs,
+              most: int, stamp: dict[str, str], deadline: float) -> int:
     """Run bundles while the next fits in the time left; write the rows after each."""
     from unbiased.trial import MEMBERS_KEY, run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
     build = spec_build(spec)
-    written = pd.DataFrame()
     log: list[dict] = []
     took_s = estimated_s = 0.0
     status = 0
@@ -367,32 +371,31 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, todo: list[dict], co
         trial = bundle_points(todo, size, fixed)[0]
         members = _members(trial)
         estimate = shape.seconds(costs, members) * scale
-        trial_id = f"piece_{time.strftime('%Y%m%d_%H%M%S')}_{len(log)}"
-        print(f"piece: {trial_id}: {len(members)} trials ("
+        session = PieceSession(records, {**config, POINT_KEY: trial}, shape.epochs, stamp)
+        print(f"piece: {session.key}: {len(members)} trials ("
               + ", ".join(_point(spec, p) for p in members) + f"), ~{estimate:.0f} s",
               flush=True)
-        trial_config = {**config, POINT_KEY: trial}
-        session = PieceSession(trial_id, shape.epochs)
         began = time.monotonic()
         run = run_bundle if MEMBERS_KEY in trial else run_trial
-        run(dict(trial_config), lambda cfg: build(cfg, loaded), session)
+        run(dict(session.config), lambda cfg: build(cfg, loaded), session)
+        records.end(session.key, "ended")
         seconds = time.monotonic() - began
         took_s += seconds
         estimated_s += estimate / scale
-        rows = rows_of(spec, trial_config, session.reports, trial_id, stamp)
+        rows = finished_rows(spec, records, fixed)
         whole = _whole(rows, members, fixed)
-        if len(whole) < len(members):
+        if whole < len(members):
             status = 1
-            print(f"piece: {len(members) - len(whole)} of its trials did not finish: their "
-                  f"rows are not kept", flush=True)
-        written = pd.concat([written, *whole], ignore_index=True)
-        _write(args.out, written)
-        log.append({"trial_id": trial_id, "members": len(members), "whole": len(whole),
+            print(f"piece: {len(members) - whole} of its trials did not finish (an error, or "
+                  f"diverged): --done takes only whole trials", flush=True)
+        if not rows.empty:
+            _write(args.out, rows)
+        log.append({"trial_id": session.key, "members": len(members), "whole": whole,
                     "left_s": round(left, 2), "estimate_s": round(estimate, 2),
                     "reserve": ns.margin, "seconds": round(seconds, 1),
                     "points": members})
         _write_plan(args.out, ns, stamp, shape, log, time.monotonic() - started)
-        print(f"piece: {trial_id} done in {seconds:.0f} s (estimate {estimate:.0f} s); "
+        print(f"piece: {session.key} done in {seconds:.0f} s (estimate {estimate:.0f} s); "
               f"{args.out / ROWS_FILE} holds {sum(b['whole'] for b in log)} trials", flush=True)
         ran = {id(p) for p in members}
         todo = [p for p in todo if id(p) not in ran]
@@ -416,14 +419,13 @@ def _point(spec: GridSpec, point: dict) -> str:
                     for k in (*spec.data_axes, "lam", "seed") if k in point)
 
 
-def _whole(rows: pd.DataFrame, members: list[dict], fixed: dict) -> list[pd.DataFrame]:
-    """Of a bundle's rows, each trial that ran every epoch without error, as --done would
-    take it."""
-    ok = rows[rows["status"].astype(str).str.startswith("ok")]
+def _whole(rows: pd.DataFrame, members: list[dict], fixed: dict) -> int:
+    """How many of a bundle's trials ran every epoch without error, as --done would take
+    them."""
+    ok = rows[rows["status"].astype(str).str.startswith("ok")] if len(rows) else rows
     if ok.empty:
-        return []
-    _, whole = split_done(Path("piece"), ok, members, fixed)
-    return [own for _, own in whole]
+        return 0
+    return len(split_done(Path(ROWS_FILE), ok, members, fixed)[1])
 
 
 def _write(out: Path, rows: pd.DataFrame) -> None:

@@ -1,7 +1,7 @@
 """A piece of a grid (sweeps/piece.py): the next whole trials that fit a time budget, run
-without Ray through the sweep's own trial loop, their rows in the format `--done` and
-`python -m sweeps export` share; merged, the next piece moves on and no whole trial runs
-again."""
+without Ray through the sweep's own trial loop and kept in the sweep's records, their rows in
+the format `--done` and `python -m sweeps export` share; merged (or with --resume on the
+records), the next piece moves on and no whole trial runs again."""
 
 from __future__ import annotations
 
@@ -94,9 +94,22 @@ def test_pieces_run_the_next_whole_trials_and_never_one_again(tmp_path, costs, c
     assert export([str(second / "epochs.csv"), str(rows)]) == 0
     assert _trials(rows) == set(order)
 
-    # The sweep takes the merged rows as whole trials, and a third piece has nothing to run.
     from sweeps.digits_grid import main as sweep
 
+    # The first piece's OUT holds its trials' records where a sweep keeps them: --resume
+    # goes on from them (none of its trials again), and a sweep resumed there finds them done.
+    before = pd.read_csv(first / "epochs.csv")
+    assert piece.main([*GRID, "--costs", str(costs), "--budget", "300", "--resume",
+                       "--out", str(first)]) == 0
+    assert _trials(first / "epochs.csv") == set(order)
+    after = pd.read_csv(first / "epochs.csv").set_index(["lam", "seed"])
+    assert after.loc[before.set_index(["lam", "seed"]).index, "time_s"].tolist() == \
+        before["time_s"].tolist()
+    capsys.readouterr()
+    assert sweep([*GRID, "--resume", "--dry-run", "--out", str(first)]) == 0
+    assert "4 of 4 trials already finished" in capsys.readouterr().out
+
+    # The sweep takes the merged rows as whole trials, and a third piece has nothing to run.
     capsys.readouterr()
     assert sweep([*GRID, "--done", str(rows), "--dry-run", "--out", str(tmp_path / "s")]) == 0
     assert "4 of 4 trials finished" in capsys.readouterr().out

@@ -1,5 +1,5 @@
-"""What the session gives a trial besides reports and its own checkpoint: its id, and another
-trial's last checkpoint of the same sweep (what a warm start from a baseline trained before
+"""What the session gives a trial besides reports and its own checkpoint: another trial's
+last checkpoint of the same sweep (what a warm start from a baseline trained before
 it reads). In-process with the recording session, and under Tune (TuneSession keeps every
 trial's record in the sweep's storage, trainables/record.py)."""
 
@@ -10,24 +10,23 @@ import pytest
 from unbiased.trial import RecordingSession, checkpoint_files, read_checkpoint
 
 
-def test_the_recording_session_gives_its_id_and_the_checkpoints_it_was_given():
+def test_the_recording_session_gives_the_checkpoints_it_was_given():
     baseline = checkpoint_files({"": {"epoch": 3, "by": "a"}})
-    session = RecordingSession(trial_id="b", others={"a": baseline})
-    assert session.trial_id() == "b"
+    session = RecordingSession(others={"a": baseline})
     assert read_checkpoint(session.checkpoint_of("a"))[""] == {"epoch": 3, "by": "a"}
     assert session.checkpoint_of("c") is None
 
 
 @pytest.mark.ray
-def test_under_tune_a_trial_reads_its_id_and_another_trials_last_checkpoint(ray_local,
-                                                                           tmp_path):
+def test_under_tune_a_trial_is_its_key_and_reads_another_trials_last_checkpoint(ray_local,
+                                                                                tmp_path):
     from ray import tune
 
     def trial(config: dict) -> None:  # local: Ray's workers cannot import this file
         from trainables.tune_trial import TuneSession
 
         session = TuneSession(config)
-        me = session.trial_id()
+        me = session.key
         if config["point"]["role"] == "baseline":
             for epoch in (1, 2):
                 session.report({"epoch": epoch, "me": me, "seen": ""},
@@ -46,9 +45,8 @@ def test_under_tune_a_trial_reads_its_id_and_another_trials_last_checkpoint(ray_
     results = {r.config["point"]["role"]: r for r in tuner.fit()}
     baseline, warm = results["baseline"], results["warm"]
     assert baseline.error is None and warm.error is None
-    assert baseline.metrics["me"] == baseline.metrics["trial_id"]
-    assert warm.metrics["me"] == warm.metrics["trial_id"] != baseline.metrics["trial_id"]
-    assert warm.metrics["seen"] == f"{baseline.metrics['trial_id']}:2"  # its last checkpoint
+    assert baseline.metrics["me"] == "role=baseline" and warm.metrics["me"] == "role=warm"
+    assert warm.metrics["seen"] == "role=baseline:2"  # its last checkpoint
     assert warm.metrics["unknown"] is True
     # Tune kept no checkpoint: the records hold them, one a trial
     assert not list(storage.glob("session/*/checkpoint_*"))

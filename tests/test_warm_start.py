@@ -33,24 +33,24 @@ def build(tiny_digits):
 
 
 def test_a_warm_trial_starts_from_its_baselines_last_checkpoint(build):
-    baseline = RecordingSession(trial_id="ab12c_00000")
+    baseline = RecordingSession()
     run_trial(_config(), build, baseline)
     trained = baseline.reports[-1]["train_acc"]
     assert trained > 0.3  # two epochs at lr 1e-3 learnt something
 
-    warm = RecordingSession(trial_id="ab12c_00001", others={"lam=0.0": baseline.checkpoint})
+    warm = RecordingSession(others={"lam=0.0": baseline.checkpoint})
     run_trial(_config(lam=0.01, **{WARM_FROM: "lam=0.0"}), build, warm)
     first = warm.reports[0]
     assert first["epoch"] == 1 and first["start_epoch"] == 1  # a trial of its own
     assert first["train_acc"] == pytest.approx(trained, abs=1e-9)
 
-    cold = RecordingSession(trial_id="ab12c_00001")
+    cold = RecordingSession()
     run_trial(_config(lam=0.01), build, cold)
     assert abs(cold.reports[0]["train_acc"] - trained) > 0.1
 
 
 def test_a_baseline_without_a_checkpoint_is_a_clear_error(build):
-    session = RecordingSession(trial_id="ab12c_00003", others={})
+    session = RecordingSession(others={})
     with pytest.raises(WarmStartError, match="trial lam=0.0 .* left no checkpoint"):
         run_trial(_config(lam=0.01, **{WARM_FROM: "lam=0.0"}), build, session)
     assert session.reports == []

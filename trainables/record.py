@@ -19,12 +19,13 @@ renamed; an object store's PUT shows a file whole or not at all.
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from dataclasses import dataclass, field
 
 from pyarrow import fs as pafs
 
-from unbiased.settings import MEMBERS_KEY, POINT_KEY, WARM_FROM
+from unbiased.settings import MEMBERS_KEY, POINT_KEY, WARM_FROM, flat_config
 
 TRIALS_DIR = "trials"
 POINT_FILE = "point.json"
@@ -218,6 +219,46 @@ class Records:
     def clear(self) -> None:
         if self._exists(self.root):
             self.fs.delete_dir(self.root)
+
+
+class RecordSession:
+    """The session of a trial (unbiased/trial.py's TrialSession) that keeps its rows and
+    checkpoints in its record: a restart, in this process or another, continues from the
+    record's last checkpoint. Without Ray (a piece, sweeps/piece.py); TuneSession
+    (trainables/tune_trial.py) is this one under Tune. `config`: the trial's config, its grid
+    point under "point" (the record's key); `trial_id` names a trial without one."""
+
+    def __init__(self, records: Records, config: dict, trial_id: str = "") -> None:
+        self.records = records
+        self.config = config
+        self.key = trial_key_of(config) or trial_id
+        self.rows: list[dict] = []
+        self.restored: dict[str, bytes] | None = None
+        record = records.read(self.key)
+        if record is not None and record.checkpoint is not None:
+            self.rows = record.rows
+            self.restored = records.checkpoint(record)
+        else:
+            records.start(self.key, flat_config(config))
+
+    def restore(self) -> dict[str, bytes] | None:
+        return self.restored
+
+    def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
+        self.rows.append(dict(metrics))
+        self.records.write(self.key, self.rows, checkpoint)
+
+    def where(self) -> dict[str, str]:
+        from unbiased.trial import machine_id
+
+        return {"node": socket.gethostname(), "node_id": "local", "machine": machine_id()}
+
+    def gpu_ids(self) -> list:
+        return []
+
+    def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
+        record = self.records.read(key)
+        return None if record is None else self.records.checkpoint(record)
 
 
 def _json_value(value: object) -> object:

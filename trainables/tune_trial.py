@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trainables.record import RESTORED, TRIALS_DIR, Records, reported, trial_key_of
+from trainables.record import RESTORED, TRIALS_DIR, Records, RecordSession, reported
 from unbiased.benchmarks import benchmark_spec
 from unbiased.settings import flat_config
 from unbiased.trial import MEMBERS_KEY, machine_id, run_bundle, run_trial
@@ -52,34 +52,18 @@ def tune_session(config: dict) -> TuneSession:
     return TuneSession(config)
 
 
-class TuneSession:
-    """The session of a Ray Tune function trainable. The trial's rows and checkpoints go to
-    its record in the sweep's storage (trainables/record.py), which every launch and every
-    restart reads; Tune gets each report without a checkpoint (its scheduler, progress,
-    trackers and searchers read the metrics). `config`: the trial's config as Tune gave it."""
+class TuneSession(RecordSession):
+    """The session of a Ray Tune function trainable: a RecordSession over the records in the
+    sweep's storage, which every launch and every restart reads, that also gives Tune each
+    report, without a checkpoint (its scheduler, progress, trackers and searchers read the
+    metrics). `config`: the trial's config as Tune gave it; made in the trial's worker."""
 
     def __init__(self, config: dict) -> None:
-        self.config = config
-        self.records: Records | None = None
-        self.rows: list[dict] = []
-        self.restored: dict[str, bytes] | None = None
+        from ray import tune
 
-    def _record(self) -> Records:
-        """The sweep's records, and this trial's own read once: its rows and checkpoint."""
-        if self.records is None:
-            from ray import tune
-
-            storage = tune.get_context().get_storage()
-            self.records = Records(storage.storage_filesystem,
-                                   f"{storage.experiment_fs_path}/{TRIALS_DIR}")
-            self.key = trial_key_of(self.config) or self.trial_id()
-            record = self.records.read(self.key)
-            if record is not None and record.checkpoint is not None:
-                self.rows = record.rows
-                self.restored = self.records.checkpoint(record)
-            else:
-                self.records.start(self.key, flat_config(self.config))
-        return self.records
+        storage = tune.get_context().get_storage()
+        records = Records(storage.storage_filesystem, f"{storage.experiment_fs_path}/{TRIALS_DIR}")
+        super().__init__(records, config, tune.get_context().get_trial_id())
 
     def restore(self) -> dict[str, bytes] | None:
         """The record's checkpoint; its rows told to Tune again first (marked RESTORED: the
@@ -87,7 +71,6 @@ class TuneSession:
         trial's whole history)."""
         from ray import tune
 
-        self._record()
         for row in self.rows:
             tune.report({**reported(row), RESTORED: True})
         return self.restored
@@ -95,9 +78,7 @@ class TuneSession:
     def report(self, metrics: dict, checkpoint: dict[str, bytes] | None = None) -> None:
         from ray import tune
 
-        records = self._record()
-        self.rows.append(dict(metrics))
-        records.write(self.key, self.rows, checkpoint)
+        super().report(metrics, checkpoint)
         tune.report(metrics)
 
     def where(self) -> dict[str, str]:
@@ -116,16 +97,6 @@ class TuneSession:
             return list(ray.get_gpu_ids()) if ray.is_initialized() else []
         except Exception:  # noqa: BLE001 - outside a worker Ray may refuse; then there are none
             return []
-
-    def trial_id(self) -> str:
-        from ray import tune
-
-        return tune.get_context().get_trial_id()
-
-    def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
-        records = self._record()
-        record = records.read(key)
-        return None if record is None else records.checkpoint(record)
 
 
 @functools.cache  # once per worker process, however many trials its actor runs

@@ -17,9 +17,10 @@ trial runs, and can read another trial's last checkpoint of the same sweep (a wa
 a baseline trained before it). A checkpoint is one state per member of the trial (a plain
 trial has one member, ""; a bundle one per grid point), made files by `checkpoint_files` in
 the trial (so its `ckpt_s` counts the writing) and read back by `read_checkpoint`: every
-session stores the same bytes. `TuneSession` (trainables/tune_trial.py) is Ray Tune's;
-`RecordingSession` keeps the reports and the last checkpoint's bytes in memory (the tests and
-`python -m sweeps piece` drive the loop with it, without Ray).
+session stores the same bytes. `RecordSession` (trainables/record.py) keeps them in the
+trial's record (`python -m sweeps piece` runs the loop with it, without Ray), `TuneSession`
+(trainables/tune_trial.py) is that one under Ray Tune; `RecordingSession` keeps the reports
+and the last checkpoint's bytes in memory (the tests drive the loop with it).
 
 A trial bundle (`--bundle N`, `run_bundle`) trains several grid points as one trial. Its
 config holds the settings the points share and, under "members", each point (its lam, seed,
@@ -86,11 +87,9 @@ class TrialSession(Protocol):
     def gpu_ids(self) -> list:
         """The GPUs the runner gave this trial (empty: none)."""
 
-    def trial_id(self) -> str:
-        """This trial's id (Tune's, or the recording session's)."""
-
-    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
-        """The files of another trial's last checkpoint in this sweep (None: it has none)."""
+    def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
+        """The files of another trial's last checkpoint in this sweep, by its key (None: it
+        has none)."""
 
 
 def checkpoint_name(member: str) -> str:
@@ -140,14 +139,13 @@ class RecordingSession:
     it, restarts from `checkpoint` (a new session given the old one's), and reads `reports`."""
 
     def __init__(self, checkpoint: dict[str, bytes] | None = None,
-                 gpus: list | None = None, trial_id: str = "recorded",
+                 gpus: list | None = None,
                  others: dict[str, dict[str, bytes]] | None = None) -> None:
         self.checkpoint = checkpoint
         self.reports: list[dict] = []
         self.checkpoints = 0  # reports that came with a checkpoint
         self.gpus = gpus or []
-        self.id = trial_id
-        self.others = others or {}  # other trials' last checkpoints, by trial id
+        self.others = others or {}  # other trials' last checkpoints, by key
 
     def restore(self) -> dict[str, bytes] | None:
         return None if self.checkpoint is None else dict(self.checkpoint)
@@ -164,11 +162,8 @@ class RecordingSession:
     def gpu_ids(self) -> list:
         return list(self.gpus)
 
-    def trial_id(self) -> str:
-        return self.id
-
-    def checkpoint_of(self, trial_id: str) -> dict[str, bytes] | None:
-        files = self.others.get(trial_id)
+    def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
+        files = self.others.get(key)
         return None if files is None else dict(files)
 
 
