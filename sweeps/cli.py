@@ -176,7 +176,7 @@ def setting_flags(p: argparse.ArgumentParser) -> None:
     its help, choices and bounds are the field's metadata, so a setting added to a config has
     its flag. Sweep axes (lam, K) are the drivers' list flags, written in build_parser."""
     from unbiased.methods import METHODS
-    from unbiased.settings import kind_of, own_fields, setting_of
+    from unbiased.settings import own_fields
 
     sections: list[tuple[type, str]] = []  # each config class once, base classes first
     for method in METHODS.values():
@@ -187,27 +187,38 @@ def setting_flags(p: argparse.ArgumentParser) -> None:
                                                         len(METHODS) else ", ".join(readers))))
     sections.append((TrialSettings, "settings of each trial"))
     for cls, title in sections:
-        group = p.add_argument_group(title)
-        for f in own_fields(cls):
-            meta = setting_of(f)
-            if meta is None:
-                raise TypeError(f"{cls.__name__}.{f.name} has no setting metadata "
-                                f"(unbiased.settings.setting): it would have no flag")
-            if meta.axis:
-                continue
-            kind = kind_of(f)
-            default = f.default
-            if kind is bool:
-                _preset_value(group, flag_of(f.name), action=argparse.BooleanOptionalAction,
-                              default=None, help=meta.help, setting_default=default)
-            elif meta.choices is not None:
-                _preset_value(group, flag_of(f.name), choices=list(meta.choices),
-                              help=meta.help, setting_default=default)
-            elif kind is str:
-                _preset_value(group, flag_of(f.name), help=meta.help, setting_default=default)
-            else:
-                _preset_value(group, flag_of(f.name), type=_one(kind, meta.problem),
-                              help=meta.help, setting_default=default)
+        field_flags(p.add_argument_group(title), cls, own_fields(cls))
+
+
+def field_flags(group: argparse._ActionsContainer, cls: type,
+                fields: Sequence[dataclasses.Field]) -> None:
+    """A flag per field of a settings dataclass (unbiased.settings.setting): its help,
+    choices, bounds and default from the field's metadata; a `many` field (a data axis)
+    takes a comma-separated list, each item checked; an `axis` field is a driver's list flag."""
+    from unbiased.settings import kind_of, setting_of
+
+    for f in fields:
+        meta = setting_of(f)
+        if meta is None:
+            raise TypeError(f"{cls.__name__}.{f.name} has no setting metadata "
+                            f"(unbiased.settings.setting): it would have no flag")
+        if meta.axis:
+            continue
+        kind = kind_of(f)
+        options: dict[str, object] = {"help": meta.help, "key": f.name, "setting_default":
+                                      list(f.default) if isinstance(f.default, tuple)
+                                      else f.default}
+        if meta.many:
+            check = meta.problem if meta.choices is None else (
+                lambda v, c=meta.choices: None if v in c else f"must be one of {','.join(c)}")
+            options["type"] = _list_of(meta.convert or kind, check)
+        elif kind is bool:
+            options.update(action=argparse.BooleanOptionalAction, default=None)
+        elif meta.choices is not None:
+            options["choices"] = list(meta.choices)
+        elif kind is not str:
+            options["type"] = _one(kind, meta.problem)
+        _preset_value(group, flag_of(f.name), **options)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -231,7 +242,7 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                  ) -> argparse.ArgumentParser:
     """`search`: the driver samples lambda and K (lambda_search.py) instead of a grid, so it
     takes --samples and --lam-range, and --K lists the choices. `benchmark`: its own flags
-    (benchmark_flags)."""
+    (field_flags)."""
     preset_help = "\n".join(
         textwrap.fill(f"{name}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()),
                       width=79, initial_indent="  ", subsequent_indent="    ")
@@ -266,8 +277,9 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                             "method_lam)")
         _preset_value(p, "--K", type=K_LIST, help="MINE steps per model step, comma-separated")
     _preset_value(p, "--seeds", type=SEED_LIST, help="seeds, comma-separated")
-    if benchmark is not None:
-        benchmark_flags(p, benchmark)
+    if benchmark is not None and benchmark.settings is not None:
+        field_flags(p.add_argument_group(benchmark.title), benchmark.settings,
+                    dataclasses.fields(benchmark.settings))
     setting_flags(p)
     run = p.add_argument_group("running the sweep")
     _preset_value(run, "--root", help="data root (downloads land here; offline files are "
@@ -332,42 +344,6 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
     group.add_argument("--overwrite", action="store_true",
                        help="replace the results of an earlier sweep in OUT")
     return p
-
-
-def benchmark_flags(p: argparse.ArgumentParser, benchmark: BenchmarkSpec) -> None:
-    """A flag per field of the benchmark's settings dataclass, under its title: a `many`
-    field (a data axis) takes a comma-separated list, each item checked against the field's
-    bounds or choices."""
-    from unbiased.settings import kind_of, setting_of
-
-    if benchmark.settings is None:
-        return
-    group = p.add_argument_group(benchmark.title)
-    for f in dataclasses.fields(benchmark.settings):
-        meta = setting_of(f)
-        if meta is None:
-            raise TypeError(f"{benchmark.settings.__name__}.{f.name} has no setting metadata "
-                            f"(unbiased.settings.setting): it would have no flag")
-        kind = kind_of(f)
-        flag = flag_of(f.name)
-        default = list(f.default) if isinstance(f.default, tuple) else f.default
-        if meta.many:
-            choices = meta.choices
-            check = meta.problem if choices is None else (
-                lambda v, c=choices: None if v in c else f"must be one of {','.join(c)}")
-            _preset_value(group, flag, key=f.name, type=_list_of(meta.convert or kind, check),
-                          help=meta.help, setting_default=default)
-        elif kind is bool:
-            _preset_value(group, flag, key=f.name, action=argparse.BooleanOptionalAction,
-                          default=None, help=meta.help, setting_default=default)
-        elif meta.choices is not None:
-            _preset_value(group, flag, key=f.name, choices=list(meta.choices), help=meta.help,
-                          setting_default=default)
-        elif kind is str:
-            _preset_value(group, flag, key=f.name, help=meta.help, setting_default=default)
-        else:
-            _preset_value(group, flag, key=f.name, type=_one(kind, meta.problem),
-                          help=meta.help, setting_default=default)
 
 
 def tracker_flags(p: argparse._ActionsContainer) -> None:
