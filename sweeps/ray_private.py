@@ -1,8 +1,8 @@
 """Every Ray and Tune internal the sweeps rely on, and only those, in one place.
 
-Ray's public API does not cover three things the sweeps need: Ray's processes out of the
-driver's process group, no idle workers and no callback tagging at a sweep's start (speed),
-and the per-trial MLflow runs. What they need from Ray's internals (private modules,
+Ray's public API does not cover two things the sweeps need: Ray's processes out of the
+driver's process group, and no idle workers and no callback tagging at a sweep's start
+(speed). What they need from Ray's internals (private modules,
 underscore attributes, undocumented behaviour) is here, each with what it relies on and why;
 nothing else in the package reaches past Ray's public API (docs/DESIGN.md lists them, and
 what the public API answered instead). tests/test_ray_adapter.py checks each against the
@@ -82,24 +82,3 @@ def skip_callback_usage_tags() -> bool:
 
 def _no_callback_tags(callbacks) -> bool:
     return False  # tag_callbacks' "no usage recorded"
-
-
-# -- MLflow: one nested run per trial through Ray's callback -----------------------------------
-
-def mlflow_util(callback):
-    """Ray's MLflow helper of an MLflowLoggerCallback (`mlflow_util`, a
-    ray.air._internal.mlflow._MLflowLoggerUtil, set up in the callback's setup()): used for
-    `experiment_id`, `start_run(run_name=, tags=)`, `log_params(run_id=, params_to_log=)` and
-    `end_run(run_id=, status=)`."""
-    return callback.mlflow_util
-
-
-def mlflow_client(callback):
-    """The MlflowClient of the callback's tracking store: `mlflow_util._get_client()`."""
-    return callback.mlflow_util._get_client()
-
-
-def mlflow_trial_runs(callback) -> dict:
-    """Trial -> MLflow run id, the callback's own map (`_trial_runs`, made in setup()): Ray's
-    log_trial_result/log_trial_end find a trial's run there."""
-    return callback._trial_runs

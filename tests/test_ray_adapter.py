@@ -170,25 +170,6 @@ def test_a_sweeps_local_ray_starts_no_worker_before_a_trial_asks():
     assert "workers: []" in proc.stdout, proc.stdout[-2000:]
 
 
-# -- MLflow through Ray's callback -------------------------------------------------------------
-
-def test_rays_mlflow_callback_has_the_helper_the_tracker_uses(tmp_path):
-    pytest.importorskip("mlflow")
-    from mlflow.tracking import MlflowClient
-    from ray.air.integrations.mlflow import MLflowLoggerCallback
-
-    callback = MLflowLoggerCallback(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                                    experiment_name="ray_adapter")
-    callback.setup()
-    util = ray_private.mlflow_util(callback)
-    assert util.experiment_id is not None
-    assert ray_private.mlflow_trial_runs(callback) == {}
-    assert isinstance(ray_private.mlflow_client(callback), MlflowClient)
-    assert {"run_name", "tags"} <= set(params(util.start_run))
-    assert {"run_id", "params_to_log"} <= set(params(util.log_params))
-    assert {"run_id", "status"} <= set(params(util.end_run))
-
-
 def test_the_adapter_is_the_only_place_that_reaches_into_ray():
     """No other module names one of Ray's private modules or Tune's execution internals."""
     import re

@@ -5,9 +5,9 @@ under it, one run per trial: the trial's flat config as params, every metric it 
 per-epoch history (step = epoch), tags for its grid point. After the analysis the parent run
 gets the tables, results and figures as artifacts and every trial run its `selected_epoch`.
 
-Ray Tune's `MLflowLoggerCallback` does the logging on the driver (trials never talk to MLflow,
-so a cluster needs no MLflow on its workers); the subclass below adds the nesting, the tags,
-and a resumed sweep's continuation of its own runs. The parent run's id is kept in
+A Tune callback logs on the driver (trials never talk to MLflow, so a cluster needs no MLflow
+on its workers), through MLflow's own client; a later launch of the sweep continues its
+points' runs. The parent run's id is kept in
 OUT/mlflow.json, so `--resume` and the analysis find the same runs.
 """
 
@@ -18,7 +18,6 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sweeps import ray_private
 from sweeps.common import SweepError
 from sweeps.trackers.base import Tracker, grid_points, member_result, metrics_of, tags_of
 
@@ -109,80 +108,78 @@ def callbacks(args: SweepArgs, param_keys: tuple[str, ...]) -> list:
 
 
 def _trial_runs_callback():
-    """The callback class, built on first use: importing Ray's integration imports MLflow."""
-    from ray.air.integrations.mlflow import MLflowLoggerCallback
+    """The callback class, built on first use: importing Ray Tune and MLflow takes seconds,
+    which a driver that stops at a bad flag should not spend."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+    from ray.tune.logger import LoggerCallback
 
-    class TrialRuns(MLflowLoggerCallback):
-        """Ray's MLflow logger with one nested run per grid point (a trial's, or each member
-        of a `--bundle` trial's, with the member's trial id) that a resumed sweep continues:
-        a point already logged (same trial id, same parent run) gets its run back, and
-        epochs it already logged are not logged twice."""
+    class TrialRuns(LoggerCallback):
+        """One MLflow run per grid point (a trial's, or each member of a `--bundle` trial's),
+        nested under the sweep's run, tagged with its key (results.parquet's trial_id): a
+        later launch of the sweep finds the point's run again and logs only the epochs it
+        lacks (a restarted trial tells Tune its restored rows again)."""
 
         def __init__(self, state: dict, param_keys: tuple[str, ...]) -> None:
-            super().__init__(tracking_uri=state["tracking_uri"],
-                             experiment_name=state["experiment"])
-            self.parent_run_id = state["parent_run_id"]
-            self.param_keys = param_keys
+            self.state, self.param_keys = state, param_keys
+            self.client: MlflowClient | None = None  # made on the driver, at the first trial
+            self.logged: dict[str, int] = {}  # run id -> last epoch logged
+            self.runs: dict[str, list[str]] = {}  # Tune's trial id -> its points' runs
 
-        def setup(self, *args, **kwargs) -> None:
-            super().setup(*args, **kwargs)
-            self._logged: dict[str, int] = {}  # run id -> last epoch logged
-            self._runs: dict = {}  # trial -> the run of each grid point it trains
+        def __getstate__(self) -> dict:
+            return {**self.__dict__, "client": None}
 
-        def _client(self):
-            return ray_private.mlflow_client(self)
-
-        def _existing_run(self, trial_id: str) -> str | None:
-            runs = self._client().search_runs(
-                [ray_private.mlflow_util(self).experiment_id],
-                filter_string=(f"tags.trial_id = '{trial_id}' and "
-                               f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"),
+        def _existing_run(self, key: str) -> str | None:
+            runs = self.client.search_runs(
+                [self.state["experiment_id"]],
+                filter_string=(f"tags.trial_id = '{key}' and "
+                               f"tags.`mlflow.parentRunId` = '{self.state['parent_run_id']}'"),
                 max_results=1)
             return runs[0].info.run_id if runs else None
 
         def log_trial_start(self, trial) -> None:
-            trial_runs, util = ray_private.mlflow_trial_runs(self), ray_private.mlflow_util(self)
-            if trial in trial_runs:
+            if self.client is None:
+                self.client = MlflowClient(tracking_uri=self.state["tracking_uri"])
+            if trial.trial_id in self.runs:
                 return
             run_ids = []
-            for trial_id, config in grid_points(trial):
-                run_id = self._existing_run(trial_id)
+            for key, config in grid_points(trial):
+                run_id = self._existing_run(key)
                 if run_id is None:
-                    tags = {"mlflow.parentRunId": self.parent_run_id,
-                            "trial_id": trial_id, "trial_name": str(trial)}
-                    tags.update(tags_of(config))
+                    tags = {"mlflow.parentRunId": self.state["parent_run_id"],
+                            "trial_id": key, "trial_name": str(trial), **tags_of(config)}
                     name = " ".join(f"{k}={config[k]}" for k in self.param_keys
                                     if k in config)
-                    run_id = util.start_run(run_name=name or str(trial), tags=tags).info.run_id
-                    util.log_params(run_id=run_id, params_to_log=config)
+                    run_id = self.client.create_run(self.state["experiment_id"],
+                                                    run_name=name or key,
+                                                    tags=tags).info.run_id
+                    params = [Param(k, str(v)) for k, v in sorted(config.items())]
+                    for at in range(0, len(params), 100):  # MLflow's most a batch
+                        self.client.log_batch(run_id, params=params[at:at + 100])
                 else:
-                    client = self._client()
-                    client.update_run(run_id, status="RUNNING")
-                    history = client.get_metric_history(run_id, "train_acc")
-                    self._logged[run_id] = max((m.step for m in history), default=0)
+                    self.client.update_run(run_id, status="RUNNING")
+                    history = self.client.get_metric_history(run_id, "train_acc")
+                    self.logged[run_id] = max((m.step for m in history), default=0)
                 run_ids.append(run_id)
-            self._runs[trial] = run_ids
-            trial_runs[trial] = run_ids[0]  # Ray's own record of the trial's run
+            self.runs[trial.trial_id] = run_ids
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
-            from mlflow.entities import Metric
-
-            run_ids = self._runs[trial]
+            self.log_trial_start(trial)
+            run_ids = self.runs[trial.trial_id]
             epoch = int(result.get("epoch", result.get("training_iteration", 0)))
             now = int(result.get("timestamp", 0) * 1000)
             for i, run_id in enumerate(run_ids):
                 own = member_result(result, i) if len(run_ids) > 1 else result
-                if own is None or epoch <= self._logged.get(run_id, 0):
-                    continue  # a member that diverged earlier; or re-reported after a restart
+                if own is None or epoch <= self.logged.get(run_id, 0):
+                    continue  # a member that diverged earlier; or a restored row logged before
                 metrics = [Metric(key, value, now, epoch)
                            for key, value in metrics_of(own).items()]
-                self._client().log_batch(run_id, metrics=metrics)
-                self._logged[run_id] = epoch
+                self.client.log_batch(run_id, metrics=metrics)
+                self.logged[run_id] = epoch
 
         def log_trial_end(self, trial, failed: bool = False) -> None:
-            for run_id in self._runs.pop(trial, []):
-                ray_private.mlflow_util(self).end_run(run_id=run_id,
-                                                      status="FAILED" if failed else "FINISHED")
+            for run_id in self.runs.pop(trial.trial_id, []):
+                self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
     return TrialRuns
 
