@@ -89,13 +89,13 @@ class Tracker:
 
     def resumed(self, args: SweepArgs, where: str) -> dict | None:
         """On --resume, the sweep's recorded state, this tracker added to args.tracker when
-        the sweep was started with it (Tune restores a sweep's loggers as first set up);
-        None for a new sweep. `where` names what it logs to, for the message."""
+        the sweep was started with it (its runs go on); None for a new sweep. `where` names
+        what it logs to, for the message."""
         previous = self.state(args.out) if args.resume else None
         if args.resume and previous is None and self.name in args.tracker:
             raise SweepError(f"--tracker {self.name} on --resume: the sweep in {args.out} "
-                             f"was started without it, and Tune restores a sweep's loggers "
-                             f"as first set up; start a new sweep with --tracker {self.name}")
+                             f"was started without it, and the trials it finished would be "
+                             f"missing there; start a new sweep with --tracker {self.name}")
         if previous is not None and self.name not in args.tracker:
             print(f"resume: logging to {where.format(**previous)}, as the sweep was started",
                   flush=True)
@@ -107,7 +107,7 @@ class Tracker:
 
     def start(self, args: SweepArgs, experiment: str) -> None:
         """Before Ray: create (or on --resume find) the sweep's runs; a sweep started with
-        this tracker adds it to args.tracker on --resume (Tune restores its loggers)."""
+        this tracker adds it to args.tracker on --resume."""
 
     def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
         """Tune callbacks that log every trial as it reports."""

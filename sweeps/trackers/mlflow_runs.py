@@ -40,71 +40,105 @@ def _local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
 
-def check_installed(args: SweepArgs) -> None:
-    """`--tracker mlflow` without MLflow: one line naming the extra, before Ray starts."""
-    try:
-        import mlflow  # noqa: F401
-    except ImportError:
-        raise SweepError(f"--tracker mlflow needs MLflow, which is not installed: {EXTRA}"
-                         ) from None
+class MLflowTracker(Tracker):
+    name = "mlflow"
+    extra = "mlflow"
 
+    def check_installed(self, args: SweepArgs) -> None:
+        """`--tracker mlflow` without MLflow: one line naming the extra, before Ray starts."""
+        try:
+            import mlflow  # noqa: F401
+        except ImportError:
+            raise SweepError(f"--tracker mlflow needs MLflow, which is not installed: {EXTRA}"
+                             ) from None
 
-def _state(out: Path) -> dict | None:
-    path = out / STATE_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    def start(self, args: SweepArgs, experiment: str) -> None:
+        """Create (or on --resume find) the sweep's MLflow experiment and parent run; record
+        them in OUT/mlflow.json. A sweep started with mlflow logs to it on --resume too."""
+        if args.resume and args.tracking_uri and (self.state(args.out) or {}).get(
+                "tracking_uri", args.tracking_uri) != args.tracking_uri:
+            raise SweepError(f"--tracking-uri {args.tracking_uri}: the sweep in {args.out} "
+                             f"logs to {self.state(args.out)['tracking_uri']} (OUT/{STATE_FILE})")
+        previous = self.resumed(args, "MLflow at {tracking_uri}")
+        if previous is not None:
+            args.tracking_uri = previous["tracking_uri"]
+            self.check_installed(args)
+            return
+        if "mlflow" not in args.tracker:
+            return
+        from mlflow.tracking import MlflowClient
 
+        from analysis.io import atomic_write_text
 
-def start(args: SweepArgs, experiment: str) -> None:
-    """Create (or on --resume find) the sweep's MLflow experiment and parent run; record them
-    in OUT/mlflow.json. Adds mlflow to args.tracker on --resume of a sweep started with it
-    (Tune restores a sweep's loggers as they were first set up)."""
-    if args.resume and args.tracking_uri and (_state(args.out) or {}).get(
-            "tracking_uri", args.tracking_uri) != args.tracking_uri:
-        raise SweepError(f"--tracking-uri {args.tracking_uri}: the sweep in {args.out} "
-                         f"logs to {_state(args.out)['tracking_uri']} (OUT/{STATE_FILE})")
-    previous = MLflowTracker().resumed(args, "MLflow at {tracking_uri}")
-    if previous is not None:
-        args.tracking_uri = previous["tracking_uri"]
-        check_installed(args)
-        return
-    if "mlflow" not in args.tracker:
-        return
-    from mlflow.tracking import MlflowClient
+        args.out.mkdir(parents=True, exist_ok=True)
+        uri = args.tracking_uri or default_uri(args.out)
+        name = args.out.resolve().name
+        try:
+            client = MlflowClient(tracking_uri=uri)
+            found = client.get_experiment_by_name(name)
+            if found is not None:
+                experiment_id = found.experiment_id
+            else:
+                # A local store keeps its artifacts beside it in OUT (not in the working
+                # directory, MLflow's default); a server decides for itself.
+                location = ((args.out / "mlartifacts").resolve().as_uri() if _local_store(uri)
+                            else None)
+                experiment_id = client.create_experiment(name, artifact_location=location)
+            parent = client.create_run(experiment_id, run_name=name, tags={
+                "sweep": experiment, "benchmark": args.benchmark, "preset": args.preset,
+                "out": str(args.out.resolve())})
+        except Exception as exc:  # MLflow raises many types for an unreachable or bad store
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SweepError(f"cannot log to MLflow at {uri}: {first[:300]}") from None
+        args.tracking_uri = uri
+        atomic_write_text(args.out / STATE_FILE, json.dumps({
+            "tracking_uri": uri, "experiment": name, "experiment_id": experiment_id,
+            "parent_run_id": parent.info.run_id}, indent=2))
 
-    from analysis.io import atomic_write_text
+    def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
+        """The Tune callback that logs every trial (none before start())."""
+        state = self.state(args.out)
+        if state is None:
+            return []
+        return [_trial_runs_callback()(state, param_keys)]
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    uri = args.tracking_uri or default_uri(args.out)
-    name = args.out.resolve().name
-    try:
-        client = MlflowClient(tracking_uri=uri)
-        found = client.get_experiment_by_name(name)
-        if found is not None:
-            experiment_id = found.experiment_id
-        else:
-            # A local store keeps its artifacts beside it in OUT (not in the working
-            # directory, MLflow's default); a server decides for itself.
-            location = ((args.out / "mlartifacts").resolve().as_uri() if _local_store(uri)
-                        else None)
-            experiment_id = client.create_experiment(name, artifact_location=location)
-        parent = client.create_run(experiment_id, run_name=name, tags={
-            "sweep": experiment, "benchmark": args.benchmark, "preset": args.preset,
-            "out": str(args.out.resolve())})
-    except Exception as exc:  # MLflow raises many types for an unreachable or bad store
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SweepError(f"cannot log to MLflow at {uri}: {first[:300]}") from None
-    args.tracking_uri = uri
-    atomic_write_text(args.out / STATE_FILE, json.dumps({
-        "tracking_uri": uri, "experiment": name, "experiment_id": experiment_id,
-        "parent_run_id": parent.info.run_id}, indent=2))
+    def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
+        """After the analysis: each trial run's selected epoch and status as tags, the sweep's
+        results, tables and figures as artifacts of the parent run, which ends."""
+        state = self.state(args.out)
+        if state is None:
+            return
+        from mlflow.tracking import MlflowClient
 
+        client = MlflowClient(tracking_uri=state["tracking_uri"])
+        parent = state["parent_run_id"]
+        runs = client.search_runs([state["experiment_id"]],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
+                                  max_results=10_000)
+        by_trial = {run.data.tags.get("trial_id"): run.info.run_id for run in runs}
+        selected = df[df["selected"].astype(bool)] if "selected" in df.columns else df.iloc[0:0]
+        for row in selected.itertuples():
+            run_id = by_trial.get(str(row.trial_id))
+            if run_id is not None:
+                client.set_tag(run_id, "selected_epoch", str(int(row.epoch)))
+                client.set_tag(run_id, "status", str(row.status))
+        for path in written:
+            path = Path(path)
+            if path.is_file():
+                rel = path.parent.relative_to(args.out) if path.is_relative_to(args.out) else None
+                client.log_artifact(parent, str(path),
+                                    artifact_path=None if rel in (None, Path(".")) else str(rel))
+        client.set_terminated(parent, status="FINISHED")
 
-def callbacks(args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-    """The Tune callback that logs every trial (none before start())."""
-    state = _state(args.out)
-    if state is None:
-        return []
-    return [_trial_runs_callback()(state, param_keys)]
+    def hints(self, args: SweepArgs) -> list[str]:
+        """The command that opens the MLflow UI on the sweep's store."""
+        state = self.state(args.out)
+        if state is None:
+            return []
+        uri = state["tracking_uri"]
+        if _local_store(uri):
+            return [f"MLflow: mlflow ui --backend-store-uri {shlex.quote(uri)}"]
+        return [f"MLflow: {uri}, experiment {state['experiment']!r}"]
 
 
 def _trial_runs_callback():
@@ -182,63 +216,3 @@ def _trial_runs_callback():
                 self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
     return TrialRuns
-
-
-def finish(args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
-    """After the analysis: each trial run's selected epoch and status as tags, the sweep's
-    results, tables and figures as artifacts of the parent run, which ends."""
-    state = _state(args.out)
-    if state is None:
-        return
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=state["tracking_uri"])
-    parent = state["parent_run_id"]
-    runs = client.search_runs([state["experiment_id"]],
-                              filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
-                              max_results=10_000)
-    by_trial = {run.data.tags.get("trial_id"): run.info.run_id for run in runs}
-    selected = df[df["selected"].astype(bool)] if "selected" in df.columns else df.iloc[0:0]
-    for row in selected.itertuples():
-        run_id = by_trial.get(str(row.trial_id))
-        if run_id is not None:
-            client.set_tag(run_id, "selected_epoch", str(int(row.epoch)))
-            client.set_tag(run_id, "status", str(row.status))
-    for path in written:
-        path = Path(path)
-        if path.is_file():
-            rel = path.parent.relative_to(args.out) if path.is_relative_to(args.out) else None
-            client.log_artifact(parent, str(path),
-                                artifact_path=None if rel in (None, Path(".")) else str(rel))
-    client.set_terminated(parent, status="FINISHED")
-
-
-def hints(args: SweepArgs) -> list[str]:
-    """The command that opens the MLflow UI on the sweep's store."""
-    state = _state(args.out)
-    if state is None:
-        return []
-    uri = state["tracking_uri"]
-    if _local_store(uri):
-        return [f"MLflow: mlflow ui --backend-store-uri {shlex.quote(uri)}"]
-    return [f"MLflow: {uri}, experiment {state['experiment']!r}"]
-
-
-class MLflowTracker(Tracker):
-    name = "mlflow"
-    extra = "mlflow"
-
-    def check_installed(self, args: SweepArgs) -> None:
-        check_installed(args)
-
-    def start(self, args: SweepArgs, experiment: str) -> None:
-        start(args, experiment)
-
-    def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-        return callbacks(args, param_keys)
-
-    def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
-        finish(args, df, written)
-
-    def hints(self, args: SweepArgs) -> list[str]:
-        return hints(args)
