@@ -36,7 +36,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from sweeps.presets import DIGITS  # noqa: E402
+from unbiased.benchmarks.digits import DIGITS  # noqa: E402
 
 EPOCHS_PAPER = 150
 TRAIN_ROWS = 60_000

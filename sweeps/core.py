@@ -69,15 +69,12 @@ class GridSpec:
     """A registered benchmark's grid (unbiased/benchmarks/: its presets, flags, build keys,
     data axes, loading, description and baseline rows, run by the generic trainable), with
     what a driver sets otherwise: its experiment (default `<name>_grid`; another one names
-    the default OUT after it), presets (the lambda search's), data axes, prog and
-    description."""
+    the default OUT after it), data axes and prog."""
 
     bench: BenchmarkSpec
     experiment_name: str | None = None
-    own_presets: dict[str, dict[str, object]] | None = None
     own_axes: tuple[str, ...] | None = None
     own_prog: str | None = None
-    own_description: str | None = None
 
     @property
     def benchmark(self) -> str:
@@ -89,7 +86,7 @@ class GridSpec:
 
     @property
     def presets(self) -> dict[str, dict[str, object]]:
-        return self.bench.presets if self.own_presets is None else self.own_presets
+        return self.bench.presets
 
     @property
     def data_axes(self) -> tuple[str, ...]:
@@ -101,11 +98,7 @@ class GridSpec:
 
     @property
     def description(self) -> str:
-        return self.own_description or self.bench.description
-
-    @property
-    def parser_options(self) -> dict[str, object]:
-        return {"benchmark": self.bench}
+        return self.bench.description
 
     @property
     def out_name(self) -> str | None:
@@ -300,7 +293,7 @@ def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
 
 
 def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
-    parser = build_parser(spec.prog, spec.description, spec.presets, **spec.parser_options)
+    parser = build_parser(spec.prog, spec.description, spec.presets, benchmark=spec.bench)
     args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
     spec = spec.for_preset(args.preset)
     try:
@@ -589,9 +582,9 @@ def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> str:
     """Each trial's reported row (its selected epoch), sorted by its grid point."""
     rows = df[df["selected"]] if "selected" in df.columns else df
     cols = [c for c in columns if c in rows.columns]
-    from unbiased.benchmarks import all_specs
+    from analysis.specs import DATA_AXES
 
-    axes = [a for bench in all_specs() for a in bench.data_axes]
-    keys = list(dict.fromkeys(c for c in ("method", *axes, "lam", "K", "seed") if c in cols))
+    keys = list(dict.fromkeys(c for c in ("method", *DATA_AXES, "lam", "K", "seed")
+                              if c in cols))
     return rows[cols].sort_values(keys).to_string(index=False,
                                                   float_format=lambda v: f"{v:.3f}")

@@ -27,8 +27,7 @@ if __package__ in (None, ""):
 
 from sweeps.core import benchmark_grid, run_grid  # noqa: E402
 
-GRID = benchmark_grid("digits", own_prog="digits_grid.py",
-                      own_description=__doc__.splitlines()[0])
+GRID = benchmark_grid("digits", own_prog="digits_grid.py")
 
 
 def main(argv: list[str] | None = None) -> int:

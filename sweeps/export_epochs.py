@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.specs import DATA_AXES
+
 # One trial: its method, K (0 for methods without one, as in results.parquet), lam, seed, and
 # its data point: the values of the axes below that its rows hold.
 POINT_KEYS = ["method", "K", "lam", "seed"]
@@ -40,13 +42,6 @@ COLUMNS = [*TRIAL_KEYS, "epoch", "train_acc", "test_acc", "mi", "penalty",
            "trial_id", "status", "config"]
 
 
-def data_axes() -> list[str]:
-    """Every registered benchmark's data axes: sigma, rho, ..."""
-    from unbiased.benchmarks import benchmark_spec, registered
-
-    return list(dict.fromkeys(a for name in registered() for a in benchmark_spec(name).data_axes))
-
-
 def trial_keys(df: pd.DataFrame) -> list[str]:
     """The columns that tell one trial of DF from another, in the CSV's sort order: method, K,
     the data axes, lam, seed, the ablations' axes; an axis only where every row of DF holds a
@@ -54,7 +49,7 @@ def trial_keys(df: pd.DataFrame) -> list[str]:
     def has(k: str) -> bool:
         return k in df.columns and bool(df[k].notna().all())
 
-    order = ["method", "K", *data_axes(), "lam", "seed", *AXIS_KEYS]
+    order = ["method", "K", *DATA_AXES, "lam", "seed", *AXIS_KEYS]
     return [k for k in order if has(k) or (k in POINT_KEYS and k in df.columns)]
 
 
@@ -70,7 +65,7 @@ def from_records(out: Path) -> pd.DataFrame:
         for record in Records(fs.LocalFileSystem(), str(root)).read_all().values():
             rows = pd.json_normalize(record.metrics(), sep="/")
             for key, config, own in trial_points(rows, record.config, record.key):
-                named = {k: config[k] for k in (*TRIAL_KEYS, *data_axes(), *AXIS_KEYS,
+                named = {k: config[k] for k in (*TRIAL_KEYS, *DATA_AXES, *AXIS_KEYS,
                                                 "palette", "stroke", "lr", "batch_size")
                          if k in config}
                 frames.append(own.assign(**named, trial_id=key, config=json.dumps(

@@ -25,15 +25,24 @@ from sweeps.common import SweepError, fail
 from sweeps.core import benchmark_grid, finish, start, start_ray, trial_errors
 from sweeps.done import finished, point_records
 from sweeps.outputs import storage_dir
-from sweeps.presets import LAMBDA_SEARCH
 from sweeps.results_frame import results_frame
 from sweeps.runner import run_tuner
 from trainables.record import Records
+from unbiased.benchmarks.digits import DIGITS
 from unbiased.settings import POINT_KEY
 
 EXPERIMENT = "lambda_search"
 # The digits grid's settings, data and trainable; sampled instead of gridded.
 GRID = benchmark_grid("digits")
+_SEARCH = {"K": [20, 40, 80], "lam_range": [0.01, 10.0]}
+LAMBDA_SEARCH: dict[str, dict[str, object]] = {  # digits' presets, lambda and K sampled
+    # 6 trials at one sigma on the embedded data (minutes on 2 cores).
+    "quick": {**{k: v for k, v in DIGITS["quick"].items() if k != "lam"}, **_SEARCH,
+              "sigma": [0.03], "seeds": [0], "samples": 6},
+    # 16 trials per paper sigma, one seed: 112 trials at the paper's settings.
+    "paper": {**{k: v for k, v in DIGITS["paper"].items() if k != "lam"}, **_SEARCH,
+              "seeds": [0], "samples": 16},
+}
 OBJECTIVES = ["mi_eval", "train_acc"]
 MODES = ["min", "max"]
 
@@ -107,7 +116,7 @@ def _distributions(space: dict, params: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser("lambda_search.py", __doc__.splitlines()[0], LAMBDA_SEARCH,
-                          search=True, **GRID.parser_options)
+                          search=True, benchmark=GRID.bench)
     args = resolve(parser, "digits", LAMBDA_SEARCH, argv, name=EXPERIMENT)
     grid = replace(GRID, experiment_name=EXPERIMENT)
     try:

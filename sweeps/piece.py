@@ -221,7 +221,7 @@ def parse(spec: GridSpec, argv: list[str] | None):
     from sweeps.cli import build_parser, driver_command
 
     parser = build_parser("python -m sweeps piece", __doc__.splitlines()[0], spec.presets,
-                          **spec.parser_options)
+                          benchmark=spec.bench)
     piece = parser.add_argument_group("a piece (sweeps/piece.py)")
     piece.add_argument("--budget", type=float, required=True, metavar="SECONDS",
                        help="wall seconds this piece may take: no bundle starts that its "

@@ -11,8 +11,10 @@ import pytest
 import torch
 from ray import tune
 
-from sweeps.presets import DIGITS, IMDB, LAMBDA_SEARCH
+from sweeps.lambda_search import LAMBDA_SEARCH
 from tests.drivers import Ran, run_main
+from unbiased.benchmarks.digits import DIGITS
+from unbiased.benchmarks.imdb import IMDB
 from unbiased.trial import DeviceError, pick_device
 
 ROOT = Path(__file__).resolve().parents[1]

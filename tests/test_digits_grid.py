@@ -257,7 +257,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
     from unbiased.methods.mi_backprop import INNER_Z_MODES
 
     spec = benchmark_grid(driver)
-    parser = build_parser(spec.prog, "d", spec.presets, **spec.parser_options)
+    parser = build_parser(spec.prog, "d", spec.presets, benchmark=spec.bench)
     flags = {a.dest: a for a in parser._actions}
     for cls in METHODS.values():
         for f in fields(cls.Config):

@@ -47,7 +47,7 @@ def test_help_lists_both_presets():
 
 
 def test_presets_keep_the_papers_german_settings():
-    from sweeps.presets import GERMAN
+    from unbiased.benchmarks.german import GERMAN
 
     paper = GERMAN["paper"]
     assert paper["lam"] == [0.0, 0.1, 0.5, 1.0, 2.0] and paper["seeds"] == list(range(10))

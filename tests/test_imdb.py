@@ -316,8 +316,8 @@ def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
     from sweeps.cli import build_parser, resolve
-    from sweeps.presets import IMDB
     from unbiased.benchmarks import benchmark_spec
+    from unbiased.benchmarks.imdb import IMDB
 
     parser = build_parser("imdb_grid.py", "IMDB", IMDB, benchmark=benchmark_spec("imdb"))
     assert resolve(parser, "imdb", IMDB, ["--train-split", "eb2"])["train_split"] == ["EB2"]
@@ -327,7 +327,7 @@ def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):
 
 
 def test_presets_keep_the_papers_imdb_settings():
-    from sweeps.presets import IMDB
+    from unbiased.benchmarks.imdb import IMDB
 
     paper = IMDB["paper"]
     assert (paper["epochs"], paper["batch_size"], paper["lr"]) == (6, 24, 1e-5)

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("wandb", reason="the wandb extra: pip install -e '.[wandb]'")
 
-from sweeps.trackers.wandb_runs import offline_history, offline_records  # noqa: E402
 from tests.drivers import run_main  # noqa: E402
+from tests.wandb_files import offline_history, offline_records  # noqa: E402
 
 
 def runs_of(out: Path) -> dict[str, dict[int, dict[str, float]]]:

@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysis.specs import DATA_AXES
 from sweeps.common import SweepError
-from unbiased.benchmarks import all_specs
 from unbiased.settings import POINT_KEY, flat_config
 
 if TYPE_CHECKING:
@@ -27,8 +27,7 @@ NOT_METRICS = frozenset({"timestamp", "pid", "done", "training_iteration",
                          "should_checkpoint", "checkpoint_dir_name", "config"})
 # Grid-point keys that become tags: the method, every registered benchmark's data axes
 # (each benchmark has some of them), lam, K and seed.
-TAG_KEYS = tuple(dict.fromkeys(("method", *(a for spec in all_specs() for a in spec.data_axes),
-                                "lam", "K", "seed")))
+TAG_KEYS = ("method", *DATA_AXES, "lam", "K", "seed")
 
 
 def number(value: object) -> bool:
@@ -74,10 +73,9 @@ def tags_of(config: dict) -> dict[str, str]:
 
 
 class Tracker:
-    """One tracker. `name` is its `--tracker` value; `extra` the pip extra that installs it."""
+    """One tracker. `name` is its `--tracker` value."""
 
     name: str = ""
-    extra: str = ""
 
     def active(self, args: SweepArgs) -> bool:
         return self.name in args.tracker

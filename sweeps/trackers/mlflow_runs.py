@@ -42,7 +42,6 @@ def _local_store(uri: str) -> bool:
 
 class MLflowTracker(Tracker):
     name = "mlflow"
-    extra = "mlflow"
 
     def check_installed(self, args: SweepArgs) -> None:
         """`--tracker mlflow` without MLflow: one line naming the extra, before Ray starts."""

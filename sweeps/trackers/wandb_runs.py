@@ -21,10 +21,8 @@ import json
 import os
 import queue
 import shlex
-import struct
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,18 +42,8 @@ UPLOAD_TIMEOUT_S = 300
 RUN_DIR = "wandb"  # under OUT: wandb.init(dir=OUT) keeps its runs in OUT/wandb
 
 
-def _state(out: Path) -> dict | None:
-    path = out / STATE_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _tags(config: dict) -> list[str]:
-    return [f"{k}={v}" for k, v in tags_of(config).items()]
-
-
 class WandbTracker(Tracker):
     name = "wandb"
-    extra = "wandb"
 
     def check_installed(self, args: SweepArgs) -> None:
         """wandb installed, and online an API key (Ray's callback would fail only once the
@@ -92,13 +80,13 @@ class WandbTracker(Tracker):
             "dir": str(args.out.resolve())}, indent=2))
 
     def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-        state = _state(args.out)
+        state = self.state(args.out)
         return [] if state is None else [_trial_runs_callback()(state, param_keys)]
 
     def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
         """The summary run: the written files as one artifact, table.parquet as a W&B table,
         each trial's selected epoch and status in its summary."""
-        state = _state(args.out)
+        state = self.state(args.out)
         if state is None:
             return
         import pandas as pd
@@ -126,7 +114,7 @@ class WandbTracker(Tracker):
         run.finish()
 
     def hints(self, args: SweepArgs) -> list[str]:
-        state = _state(args.out)
+        state = self.state(args.out)
         if state is None:
             return []
         runs = Path(state["dir"]) / RUN_DIR
@@ -227,7 +215,7 @@ def _trial_runs_callback():
                 self.writer.start(
                     run_id, name=name or run_id, resume="allow", allow_val_change=True,
                     group=state["group"], project=state["project"], dir=state["dir"],
-                    job_type="trial", tags=_tags(config),
+                    job_type="trial", tags=[f"{k}={v}" for k, v in tags_of(config).items()],
                     config={k: v for k, v in config.items() if _plain(v)},
                     # Every run is in the driver: the system metrics would be the driver
                     # node's, and its console output in every run.
@@ -273,51 +261,3 @@ def _logged_in(wandb) -> bool:
 
 def _plain(value: object) -> bool:
     return value is None or isinstance(value, str | int | float | bool | list | tuple | dict)
-
-
-# ------------------------------------------------------------------ reading offline runs
-
-def offline_records(path: Path) -> Iterator[object]:
-    """The records of one offline run file (OUT/wandb/offline-run-*/run-*.wandb), parsed
-    with wandb's own protobuf (`wandb.proto.wandb_internal_pb2.Record`). The file is a
-    LevelDB-style log (wandb's "transaction log"): a 7-byte header, then 32 KiB blocks of
-    chunks (CRC, length, type: full / first / middle / last)."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = Path(path).read_bytes()
-    if data[:4] != b":W&B":
-        raise ValueError(f"{path} is not a W&B run file")
-    block, pos, parts = 32768, 7, b""
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # a block's tail too short for a chunk header is padding
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk = data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind == 0:  # zero padding to the end of the block
-            pos += (block - pos % block) % block
-            continue
-        parts = chunk if kind in (1, 2) else parts + chunk
-        if kind in (1, 4):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(parts)
-            yield record
-
-
-def offline_history(path: Path) -> tuple[str, dict[int, dict[str, float]]]:
-    """(run id, {step: {metric: value}}) of one offline run file."""
-    run_id, history = "", {}
-    for record in offline_records(path):
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            run_id = record.run.run_id
-        elif kind == "history":
-            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                     for i in record.history.item}
-            step = int(record.history.step.num) if record.history.HasField("step") else \
-                int(items.get("_step", -1))
-            history.setdefault(step, {}).update(
-                {k: v for k, v in items.items() if not k.startswith("_")})
-    return run_id, history

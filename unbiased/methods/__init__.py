@@ -17,11 +17,6 @@ import torch
 from unbiased.data import Benchmark
 from unbiased.method_catalogue import DEFAULT_METHOD, catalogue
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
-from unbiased.methods.confusion import Confusion
-from unbiased.methods.grad_reversal import BiasHeadConfig, GradReversal
-from unbiased.methods.hsic import HSIC, HSICConfig
-from unbiased.methods.lntl import LNTL, LNTLConfig
-from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
 
 # unbiased/method_catalogue.py names each method's module and class (installed packages'
 # methods too, by their entry points).
@@ -29,10 +24,8 @@ METHODS: dict[str, type[ERM]] = {
     name: getattr(importlib.import_module(entry.module_path()), entry.cls)
     for name, entry in catalogue().items()}
 
-__all__ = ["METHODS", "DEFAULT_METHOD", "ERM", "EpochStats", "TrainConfig", "MIBackprop",
-           "MIBackpropConfig", "GradReversal", "BiasHeadConfig", "Confusion", "HSIC",
-           "HSICConfig", "LNTL", "LNTLConfig", "method_class", "method_config", "make_method",
-           "config_keys"]
+__all__ = ["METHODS", "DEFAULT_METHOD", "ERM", "EpochStats", "TrainConfig", "method_class",
+           "method_config", "make_method", "config_keys"]
 
 
 def method_class(name: str) -> type[ERM]:

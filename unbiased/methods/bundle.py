@@ -511,7 +511,7 @@ def _prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.
 
 def _rescaled(g_task: torch.Tensor, g_mi: torch.Tensor) -> torch.Tensor:
     """Each member's slice of g_mi scaled to norm min(|g_task|, |g_mi|) (mi_backprop's
-    rescaled_mi_grad, per member)."""
+    rescaled_mi_grads, per member)."""
     mi_norm = g_mi.flatten(1).norm(dim=1)
     scale = torch.minimum(g_task.flatten(1).norm(dim=1), mi_norm) / (mi_norm + 1e-12)
     return g_mi * scale.view((-1,) + (1,) * (g_mi.dim() - 1))

@@ -431,24 +431,11 @@ class MIBackprop(ERM):
         self._capturable(self.step_graph is not None)
 
 
-def combine_grads(g_task: torch.Tensor, g_mi: torch.Tensor, lam: float,
-                  rescale: bool) -> torch.Tensor:
-    """g_task + lam * g_mi for one theta tensor; with `rescale`, g_mi is first scaled to norm
-    min(|g_task|, |g_mi|) (the authors' code), keeping its direction."""
-    if rescale:
-        g_mi = rescaled_mi_grad(g_task, g_mi)
-    return g_task + lam * g_mi
-
-
-def rescaled_mi_grad(g_task: torch.Tensor, g_mi: torch.Tensor) -> torch.Tensor:
-    """g_mi scaled to norm min(|g_task|, |g_mi|), its direction kept (the authors' code)."""
-    return rescaled_mi_grads([g_task], [g_mi])[0]
-
-
 def rescaled_mi_grads(g_task: list[torch.Tensor], g_mi: list[torch.Tensor]
                       ) -> list[torch.Tensor]:
-    """rescaled_mi_grad of each pair, by foreach kernels: a handful of launches for all of
-    theta's tensors instead of several per tensor (on CPU the same values, tensor by tensor)."""
+    """Each g_mi scaled to norm min(|g_task|, |g_mi|), its direction kept (the authors'
+    code), by foreach kernels: a handful of launches for all of theta's tensors instead of
+    several per tensor (on CPU the same values, tensor by tensor)."""
     mi_norms = torch._foreach_norm(g_mi)
     scales = torch._foreach_div(torch._foreach_minimum(torch._foreach_norm(g_task), mi_norms),
                                 torch._foreach_add(mi_norms, 1e-12))
