@@ -303,7 +303,7 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                           "multi-node cluster; the sweep goes to STORAGE/<name of OUT>/); "
                           f"default: ${STORAGE_ENV} when set (cluster.yaml sets it), else "
                           "OUT/tune")
-    run.add_argument("--max-failures", type=_one(int, bounds(ge=0)), metavar="N",
+    run.add_argument("--max-failures", type=NONNEG_INT, metavar="N",
                      help=f"restarts of a failed trial from its last checkpoint (default: "
                           f"{MAX_FAILURES_LOCAL}; with --address {MAX_FAILURES_CLUSTER}: spot "
                           f"nodes are reclaimed)")

@@ -133,7 +133,6 @@ def provenance() -> dict[str, object]:
     ("unknown" when the code was shipped without its .git, as on some cluster nodes)."""
     import importlib.metadata
     import platform
-    import subprocess
 
     versions = {"python": platform.python_version()}
     for dist in ("unbiased-mi", "torch", "torchvision", "ray", "pandas", "numpy", "pyarrow",

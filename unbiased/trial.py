@@ -171,8 +171,7 @@ class InjectedFailure(RuntimeError):
     """Raised by the `fail_once_at_epoch` test hook."""
 
 
-def divergence(metrics: dict, keys: tuple[str, ...] = ("loss_task", "penalty", "mi_batch",
-                                                      "mi")) -> str | None:
+def divergence(metrics: dict, keys: tuple[str, ...]) -> str | None:
     """Why a trial's epoch metrics mean it diverged (NaN or inf among `keys`), or None."""
     bad = [key for key in keys
            if isinstance(metrics.get(key), float) and not math.isfinite(metrics[key])]
@@ -320,12 +319,12 @@ class StoppingRecords:
         return self.kept.get(epoch) or {"g": state["g"], "f": state["f"]}
 
 
-def restore(algo, session: TrialSession, member: str = "") -> dict | None:
+def restore(algo, session: TrialSession) -> dict | None:
     """The state of the session's checkpoint put back into `algo` (None: a fresh start)."""
     files = session.restore()
     if files is None:
         return None
-    state = read_checkpoint(files)[member]
+    state = read_checkpoint(files)[""]
     for note in algo.load_state_dict(state):
         print(f"restore: {note}", flush=True)
     return state
@@ -335,10 +334,10 @@ class WarmStartError(RuntimeError):
     """The trial a warm start starts from left no checkpoint (it failed, or diverged)."""
 
 
-def warm_start(algo, session: TrialSession, source: str) -> str:
+def warm_start(algo, session: TrialSession, source: str) -> None:
     """A fresh trial started from the last checkpoint of the sweep's trial `source` (its
     record's key: the lam = 0 trial of its data point and seed): g, f and their optimiser's
-    state. Returns `source`."""
+    state."""
     files = session.checkpoint_of(source)
     if files is None:
         raise WarmStartError(f"warm start: trial {source} (the lam = 0 trial this one "
@@ -346,7 +345,6 @@ def warm_start(algo, session: TrialSession, source: str) -> str:
     state = read_checkpoint(files)[""]
     algo.warm_start(state)
     print(f"warm start from trial {source} at its epoch {int(state['epoch'])}", flush=True)
-    return source
 
 
 def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
@@ -382,25 +380,26 @@ def mi_eval_set(algo, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return (*algo.train_eval_set(), None)
 
 
+def mi_pair(z: torch.Tensor, c: torch.Tensor, y: torch.Tensor, seed: int, plan: Plan,
+            weights: torch.Tensor | None) -> tuple[float, float]:
+    """I(z; c) and I(z; c | y) by fresh statistics networks: the second with c shuffled
+    within each class (colour beyond the label; 0 for a z that encodes y alone, where the
+    first still reads about I(y; c))."""
+    return tuple(mi_eval(z, c, seed=seed, steps=plan.mi_steps, given=given,
+                         cuda_graphs=plan.cuda_graphs, weights=weights) for given in (None, y))
+
+
 def fresh_estimates(algo, plan: Plan) -> dict[str, float]:
     """MI of the training features by fresh statistics networks (mi_eval), and with the
     stopping rule the floors it checks them against."""
     z, y, c, weights = mi_eval_set(algo, plan)
-    seed, steps, graphs = plan.seed, plan.mi_steps, plan.cuda_graphs
-    # Colour beyond the label: c shuffled within each class (0 for a z that encodes y alone;
-    # plain mi_eval then still reads about I(y; c)).
-    estimates = {"mi_eval": mi_eval(z, c, seed=seed, steps=steps, cuda_graphs=graphs,
-                                    weights=weights),
-                 "mi_eval_cond": mi_eval(z, c, seed=seed, steps=steps, given=y,
-                                         cuda_graphs=graphs, weights=weights)}
+    estimates = dict(zip(("mi_eval", "mi_eval_cond"), mi_pair(z, c, y, plan.seed, plan,
+                                                                weights), strict=True))
     if plan.stopping:
         # The same estimators on the model's own predictions: floors that an estimate on z
         # reads below only when the estimator fails on z (unbiased/stopping.py).
-        pred = algo.predictions(z)
-        estimates["mi_floor"] = mi_eval(pred, c, seed=seed, steps=steps, cuda_graphs=graphs,
-                                        weights=weights)
-        estimates["mi_floor_cond"] = mi_eval(pred, c, seed=seed, steps=steps, given=y,
-                                             cuda_graphs=graphs, weights=weights)
+        floors = mi_pair(algo.predictions(z), c, y, plan.seed, plan, weights)
+        estimates.update(zip(("mi_floor", "mi_floor_cond"), floors, strict=True))
     return estimates
 
 
@@ -426,12 +425,8 @@ def select_epoch(algo, plan: Plan, rule: StoppingRecords | None, state: dict,
     again_start = time.perf_counter()
     with algo.at_weights(weights["g"], weights["f"]):
         z, y, c, weights = mi_eval_set(algo, plan)
-        again = plan.seed + REESTIMATE_SEED_OFFSET
-        metrics["selected_mi_eval"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,
-                                              cuda_graphs=plan.cuda_graphs, weights=weights)
-        metrics["selected_mi_eval_cond"] = mi_eval(z, c, seed=again, steps=plan.mi_steps,
-                                                   cuda_graphs=plan.cuda_graphs,
-                                                   given=y, weights=weights)
+        metrics["selected_mi_eval"], metrics["selected_mi_eval_cond"] = mi_pair(
+            z, c, y, plan.seed + REESTIMATE_SEED_OFFSET, plan, weights)
     again_s = time.perf_counter() - again_start
     metrics["mi_eval_s"] = float(metrics["mi_eval_s"]) + again_s
     return again_s

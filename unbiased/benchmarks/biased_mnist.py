@@ -59,7 +59,6 @@ NUM_CLASSES = 10
 # Background colour of each class, 0-255 RGB (ReBias's COLOUR_MAP).
 COLOURS = ((255, 0, 0), (0, 255, 0), (0, 0, 255), (225, 225, 0), (225, 0, 225),
            (0, 255, 255), (255, 128, 0), (255, 0, 128), (128, 0, 255), (128, 128, 128))
-PAPER_RHOS = (0.99, 0.995, 0.997, 0.999)
 UNBIASED_RHO = 0.1
 
 

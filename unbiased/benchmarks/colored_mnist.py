@@ -70,31 +70,13 @@ DISTINCT_COLOURS = torch.tensor([
 ], dtype=torch.float32)
 DISTINCT_COLOURS = DISTINCT_COLOURS / DISTINCT_COLOURS.amax(dim=1, keepdim=True)
 
-# Kim et al.'s class means, as far as public images of their data files show them
-# (docs/MEASURED.md, "What public images of Kim's files show"; bench/kim_palette.py
-# re-derives every number below from the sources it names). Kim's
-# `mnist_10color_jitter_var_*.npy` files cannot be downloaded here; two sources show images:
-# - hushon/learning-not-to-learn-tensorflow, dataset_inspector.ipynb: the first 10 training
-#   images of two different files (notebook revisions cbc6cf1 and beeb3e4; which sigma each
-#   is, is not recorded) and the first 10 test images of one, as 28x28 PNGs at full
-#   precision. Each image is one flat RGB colour on the pixels whose grey value is > 128,
-#   exactly black elsewhere. Training labels 5 0 4 1 9 2 1 3 1 4 (MNIST's first ten): classes
-#   0 1 2 3 4 5 9 seen, 6 7 8 not.
-# - the same repository's colored-mnist-example.png (Kim et al.'s figure of their data): 4
-#   training digits of every class, resized to ~37 px; the colour of a digit is read as the
-#   median of its pixels within 15% of the brightest (the interior of the stroke).
-#   Its class means differ from the notebook's by 0.10 RMS, what independent draws with the
-#   within-class spread below predict (0.08-0.10), so both are read as samples of one palette.
-# Each mean below is the plain average over every training digit of its class in both sources
-# (n: notebook + figure): an ESTIMATE with a standard error of ~0.096 / sqrt(n) per channel.
-# Classes 6, 7, 8 rest on the figure alone (n = 4, standard error ~0.05). Test images are not
-# used (their colour class is random and unrecorded).
-# The within-class spread of those digits (per channel, pooled): 0.096 (notebook alone,
-# 13 dof; a simulation with these means, clipping and rounding puts the std between 0.085 and
-# 0.125). That is a variance of ~0.009, below the 0.020-0.050 of the file names read as
-# variances (std 0.141-0.224, rejected at p < 0.01 for both files alike) and above them read
-# as std. We keep sigma as the variance (Kim's option.py; docs/MEASURED.md, "Kim's Colored
-# MNIST as Kim built it").
+# Kim et al.'s class means, as far as public images of their data files show them: each the
+# plain average over every training digit of its class in hushon/learning-not-to-learn-
+# tensorflow's dataset_inspector.ipynb and colored-mnist-example.png (n: notebook + figure),
+# an ESTIMATE with a standard error of ~0.096 / sqrt(n) per channel. Their within-class std
+# (0.096) is below the 0.141-0.224 that sigma read as a variance predicts; we keep sigma as
+# the variance (Kim's option.py). How each number was read: docs/MEASURED.md, "What public
+# images of Kim's files show"; bench/kim_palette.py re-derives them.
 KIM_COLOURS = torch.tensor([
     [0.861, 0.105, 0.241],  # 0 crimson      n = 2 + 4
     [0.096, 0.520, 0.563],  # 1 teal         n = 6 + 4

@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 TRAIN_SPLITS = ("EB1", "EB2")
 
 
-def split_name(text: str) -> str:
-    return text.upper()
-
-
 @dataclass
 class ImdbSettings:
     """IMDB faces' flags: its training splits (a sweep axis), backbone, weights and data
@@ -44,7 +40,7 @@ class ImdbSettings:
     train_split: tuple[str, ...] = setting(
         TRAIN_SPLITS, "training splits, comma-separated: EB1 (women 0-29, men 40+), EB2 "
                       "(men 0-29, women 40+)", choices=TRAIN_SPLITS, many=True,
-        convert=split_name)
+        convert=str.upper)
     weights: str = setting(
         "imagenet", "backbone weights: 'imagenet' (torchvision's, from the torch hub cache, "
                     "downloaded once), 'none' (random init) or a state_dict PATH")

@@ -65,7 +65,6 @@ CROP_DIR = "imdb_crop"
 SPLITS: tuple[str, ...] = ("EB1", "EB2")
 # The paper's sizes (Section 4.2): EB1, EB2 and the test set.
 PAPER_SIZES: dict[str, int] = {"EB1": 36_003, "EB2": 16_799, "test": 22_468}
-PAPER_TRAIN_SUBSET = 2_000
 YOUNG_MAX_AGE = 29  # "0-30": ages 0..29
 OLD_MIN_AGE = 40  # "older than 40": 40 and up
 MIN_AGE, MAX_AGE = 0, 100
