@@ -4,8 +4,9 @@
 # the grid, then mi_backprop under group-balanced MI at lam 0 / .3 / 1 / 3, on Biased MNIST
 # (rho .997) and Colored MNIST (sigma .030). PARTS="dro" or "balanced" runs one of them;
 # PARTS="dro_rows balanced_rows" runs the three-seed rows at the screens' picks (ROW_ETA,
-# ROW_DECAY; ROW_LAM_biased_mnist, ROW_LAM_digits). A sweep whose results are written is skipped, an
-# unfinished one continued (--resume): run the script again to continue after a stop.
+# ROW_DECAY; ROW_LAM_biased_mnist, ROW_LAM_digits; ROW_SUFFIX names another pick's rows, e.g.
+# ROW_SUFFIX=_lam0.3 writes OUT/BENCH/balanced_rows_lam0.3). A sweep whose results are written is
+# skipped, an unfinished one continued (--resume): run the script again to continue after a stop.
 #
 #   bench/group_screen.sh ROOT OUT        # e.g. ../shared/data/mnist runs/group_screen
 set -euo pipefail
@@ -29,19 +30,19 @@ sweep() {  # OUT_DIR ARGS...: run, continue, or skip a finished sweep
 
 parts=${PARTS:-dro balanced}  # which screens, in this order
 for part in $parts; do
-  for bench in biased_mnist digits; do
+  for bench in ${BENCHES:-biased_mnist digits}; do  # BENCHES: which, in this order
     if [ "$part" = balanced ]; then
       sweep "$out/$bench/balanced_screen" "$bench" --preset balanced_screen
       continue
     fi
     if [ "$part" = dro_rows ]; then  # seeds 0-2 at the screen's (eta, weight decay)
-      sweep "$out/$bench/dro_rows" "$bench" --preset balanced_rows --method group_dro \
+      sweep "$out/$bench/dro_rows${ROW_SUFFIX:-}" "$bench" --preset balanced_rows --method group_dro \
         --dro-step "${ROW_ETA:?set ROW_ETA}" --weight-decay "${ROW_DECAY:?set ROW_DECAY}"
       continue
     fi
     if [ "$part" = balanced_rows ]; then  # seeds 0-2 at the screen's lambda, per benchmark
       lam_var="ROW_LAM_${bench}"
-      sweep "$out/$bench/balanced_rows" "$bench" --preset balanced_rows \
+      sweep "$out/$bench/balanced_rows${ROW_SUFFIX:-}" "$bench" --preset balanced_rows \
         --method mi_backprop --lam "${!lam_var:?set $lam_var}"
       continue
     fi
