@@ -57,9 +57,10 @@ def missing_data(exc: Exception, command: str, root: object) -> str:
 def sweep_missing_data(exc: Exception, args) -> str:
     """`missing_data` for a sweep's SweepArgs (sweeps/cli.py): its fetch command, or, for
     SweepArgs made without one (a re-run), the benchmark's with the sweep's preset."""
-    from sweeps.cli import fetch_command
+    from shlex import quote
 
-    command = args.fetch_command or fetch_command(f"python -m sweeps {args.benchmark}",
-                                                  args.benchmark, args.preset, args.values,
-                                                  set())
-    return missing_data(exc, command, args.values.get("root"))
+    root = args.values.get("root")
+    command = args.fetch_command or " ".join(
+        [f"python -m sweeps {args.benchmark} --preset {quote(args.preset)} --fetch-data",
+         *([f"--root {quote(str(root))}"] if root else [])])
+    return missing_data(exc, command, root)
