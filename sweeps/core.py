@@ -1,12 +1,11 @@
 """The one sweep core every grid driver is a small spec on.
 
-A driver says what is particular to it (`GridSpec`: its benchmark, presets, the keys its
-benchmark's build reads, its data axes, how to load the data once, which trainable runs the
-trials); `GridSpec.from_benchmark` takes all of that from a registered benchmark's spec
-(unbiased/benchmarks/), so `python -m sweeps NAME` needs no driver file (`benchmark_grid`).
-The core parses the flags, derives every trial's config from the config dataclasses of the
-methods (`unbiased.methods`), validates every value before Ray starts, runs the grid and
-writes the results.
+A grid (`GridSpec`) is a registered benchmark's spec (unbiased/benchmarks/: presets, build
+keys, data axes, loading) plus what a driver overrides, so `python -m sweeps NAME` needs no
+driver file (`benchmark_grid`). The core parses the flags, derives every trial's config from
+the config dataclasses of the methods (`unbiased.methods`), validates every value before Ray
+starts, runs the grid (`run_points`: `start`, the Tuner launches, `finish`) and writes the
+results.
 
 Grid points: data axes x method x lam x K x seed, where K is an axis only for methods that
 have it (mi_backprop) and lam = 0 (plain ERM for every method and K: the methods draw from

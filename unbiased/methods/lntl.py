@@ -21,9 +21,10 @@ ERM trial per (sigma, seed) is the same under any method): g and f take plain ER
 the heads still learn, on detached z. mu = 0 with lam > 0 keeps the entropy term alone.
 
 Where we differ from their code, and why:
-- Optimiser: Adam at the shared lr for g and f, Adam at head_lr (default lr) for the heads,
-  as every method here, for a like-for-like comparison; theirs is SGD (lr 0.01, momentum 0.9,
-  weight decay 5e-4) with a step decay, for every network.
+- Optimiser: by default Adam at the shared lr for g and f, and at head_lr (default lr) for
+  the heads, as every method here, for a like-for-like comparison; theirs is SGD (lr 0.01,
+  momentum 0.9, weight decay 5e-4) with a step decay, which `--optimizer sgd` and the `kim`
+  preset run.
 - By default the heads read z (the representation every method here debiases), not the
   conv feature map of their network; each is the same small MLP as the other methods' bias
   head (`head_hidden` units, 0 = linear). `lntl_heads map` takes theirs. Their lambda (0.01)
@@ -176,10 +177,7 @@ class LNTL(ERM):
         # 2. the heads on the bias, reversed into g (scaled by mu).
         targets = self.head_targets(x, c, z)
         reverse = self.cfg.lam > 0 and self.cfg.mu > 0
-        if reverse:
-            z_head = reverse_gradient(self._features(x), self.cfg.mu)
-        else:
-            z_head = z.detach()
+        z_head = reverse_gradient(self._features(x), self.cfg.mu) if reverse else z.detach()
         loss_bias = torch.stack([F.cross_entropy(lg, targets[:, i]) for i, lg in
                                  enumerate(self.head_logits(z_head))]).sum()
         self.model_opt.zero_grad(set_to_none=True)
