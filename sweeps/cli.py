@@ -480,7 +480,7 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
                      f"there is network, fetches the sweep's data into it or says where to "
                      f"get it)")
     done = getattr(ns, "done", None)
-    if done is not None and ns.resume:
+    if done is not None and ns.resume and name != "piece":  # a piece reads both, imports none
         parser.error("argument --done: starts a new run of the grid; --resume continues "
                      "OUT's own (which keeps the rows an earlier --done took)")
     if done is not None and not done.is_file():

@@ -4,10 +4,10 @@ budget, run without Ray, their per-epoch rows written for `--done`.
 A GPU lent for ten minutes at a time, with nothing kept between runs but the rows committed
 from them, cannot hold a sweep; what it can do is finish a few trials whole. A piece decides
 what is done as a sweep's launch does (sweeps/done.py: `--done CSV`, the rows committed so
-far, and with `--resume` the records already in OUT), takes the next trials in grid order
-(seed 0 at every data point and lambda, then the next seed), and groups them into trial
-bundles sized so that each finishes inside what is left of `--budget`: a bundle of B members
-costs
+far, and with `--resume` the records already in OUT; unlike a sweep, both at once), takes the
+next trials in grid order (seed 0 at every data point and lambda, then the next seed), and
+groups them into trial bundles sized so that each finishes inside what is left of
+`--budget`: a bundle of B members costs
 
     setup_s + epochs x steps an epoch x step_ms(B) / 1000
             + B x (epochs x epoch_s + re-estimates x estimate_s)
@@ -17,10 +17,10 @@ default bench/results/gpu/piece_costs.json), at the trial's precision. After eac
 the estimate is scaled by what the bundles so far took against their estimates. A bundle
 that cannot finish in the time left is not started. Each trial runs through the sweep's own
 trial loop (`run_trial`, or `run_bundle` for a bundle) with the config a sweep of the same
-flags would give it, and keeps its record where the sweep would (OUT/tune, trainables/
-record.py). After each bundle every finished trial's rows are written (OUT/epochs.csv, in
-export's format, atomically), with torch's and CUDA's versions and the GPU's name, so a run
-cut off keeps every trial it finished.
+flags would give it, and keeps its record under OUT/tune (trainables/record.py), where a
+sweep of that OUT keeps its own. After each bundle every whole trial's rows are written
+(OUT/epochs.csv, in export's format, atomically), with torch's and CUDA's versions and the
+GPU's name, so a run cut off keeps every trial it finished.
 
     python -m sweeps piece --preset paper --root DATA --done bench/results/paper_gpu/epochs.csv \\
         --budget 540 --out results/piece
@@ -48,7 +48,6 @@ from sweeps.cli import resolve
 from sweeps.common import SweepError, fail
 from sweeps.core import GridSpec, bundle_points, check_local_gpu, take_done
 from sweeps.done import point_records, split_done
-from sweeps.outputs import storage_dir
 from trainables.record import Records, RecordSession
 from unbiased.settings import POINT_KEY
 
@@ -203,18 +202,22 @@ def trial_precision(config: dict) -> str:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def finished_rows(spec: GridSpec, records: Records, fixed: dict) -> pd.DataFrame:
-    """Every grid point of a finished trial in the records, in export's format (a bundle's
-    members split as results_frame does)."""
+def finished_rows(spec: GridSpec, records: Records, points: list[dict], fixed: dict
+                  ) -> pd.DataFrame:
+    """The rows of every point of `points` the records hold whole (every epoch, no error,
+    not diverged: what --done takes), in export's format (a bundle's members split as
+    results_frame does)."""
     from sweeps.export_epochs import export_frame
     from sweeps.results_frame import results_frame
 
     trials = [(rows, config, key, None) for key, (rows, config, _, ended)
-              in point_records(records, fixed).items() if ended]
+              in point_records(records, fixed, points).items() if ended]
     if not trials:
         return pd.DataFrame()
-    return export_frame(results_frame(trials, spec.experiment, spec.benchmark,
-                                      spec.result_columns()))
+    rows = results_frame(trials, spec.experiment, spec.benchmark, spec.result_columns())
+    ok = rows[rows["status"].astype(str).str.startswith("ok")]
+    whole = split_done(Path(ROWS_FILE), ok, points, fixed)[1]
+    return export_frame(pd.concat([own for _, own in whole])) if whole else pd.DataFrame()
 
 
 def parse(spec: GridSpec, argv: list[str] | None):
@@ -287,7 +290,12 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
     try:
         points = spec.validate(args.values)
         fixed = spec.fixed_values(args.values)
-        records = Records.at(storage_dir(args), spec.experiment)
+        if args.values.get("warm_start"):
+            raise SweepError("--warm-start (preset " + args.preset + "): a piece runs its "
+                             "trials without the baselines' launch a warm start needs; run "
+                             "it as a sweep")
+        # OUT/tune whatever the storage settings: the piece's machine keeps nothing else.
+        records = Records.at(str((args.out / "tune").resolve()), spec.experiment)
         todo, done_lines = take_done(spec, args, records, points)
         costs = Costs.read(ns.costs)
         config = {**fixed, "num_threads": max(1, int(float(args.values["cpus_per_trial"])))}
@@ -297,11 +305,11 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
         out_rows = args.out / ROWS_FILE
         if not args.dry_run:
             check_local_gpu(args)
-            if out_rows.exists() and not (args.overwrite or args.resume):
-                raise SweepError(f"{out_rows} exists (an earlier piece's rows: merge them "
-                                 f"with `python -m sweeps export {out_rows} CSV`); give "
-                                 f"--resume to go on from its records, --overwrite to "
-                                 f"replace it, or another --out")
+            if (out_rows.exists() or records.keys()) and not (args.overwrite or args.resume):
+                raise SweepError(f"{args.out} holds an earlier run's trials (a piece's: merge "
+                                 f"its rows with `python -m sweeps export {out_rows} CSV`); "
+                                 f"give --resume to go on from its records, --overwrite to "
+                                 f"replace them, or another --out")
         loaded, said = spec.load(args) if todo else ({}, "")
     except SweepError as exc:
         fail(str(exc))
@@ -324,8 +332,8 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
         return 0
     if not args.resume:
         records.clear()  # a new piece: an earlier one's trials are not its own
-    return run_piece(spec, args, ns, records, todo, config, loaded, shape, costs, most, stamp,
-                     deadline)
+    return run_piece(spec, args, ns, records, points, todo, config, loaded, shape, costs, most,
+                     stamp, deadline)
 
 
 def dry_plan(spec: GridSpec, todo: list[dict], fixed: dict, shape: Shape, costs: Costs,
@@ -347,9 +355,10 @@ def dry_plan(spec: GridSpec, todo: list[dict], fixed: dict, shape: Shape, costs:
 
 
 def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: Records,
-              todo: list[dict], config: dict, loaded: dict, shape: Shape, costs: Costs,
-              most: int, stamp: dict[str, str], deadline: float) -> int:
-    """Run bundles while the next fits in the time left; write the rows after each."""
+              points: list[dict], todo: list[dict], config: dict, loaded: dict, shape: Shape,
+              costs: Costs, most: int, stamp: dict[str, str], deadline: float) -> int:
+    """Run bundles of `todo` (of the grid's `points`) while the next fits in the time left;
+    after each, write the rows of every point the records hold whole."""
     from unbiased.trial import MEMBERS_KEY, run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
@@ -382,8 +391,8 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: Records,
         seconds = time.monotonic() - began
         took_s += seconds
         estimated_s += estimate / scale
-        rows = finished_rows(spec, records, fixed)
-        whole = _whole(rows, members, fixed)
+        rows = finished_rows(spec, records, points, fixed)
+        whole = len(split_done(Path(ROWS_FILE), rows, members, fixed)[1]) if len(rows) else 0
         if whole < len(members):
             status = 1
             print(f"piece: {len(members) - whole} of its trials did not finish (an error, or "
@@ -417,15 +426,6 @@ def _members(trial: dict) -> list[dict]:
 def _point(spec: GridSpec, point: dict) -> str:
     return " ".join(f"{k} {point[k]:g}" if isinstance(point[k], float) else f"{k} {point[k]}"
                     for k in (*spec.data_axes, "lam", "seed") if k in point)
-
-
-def _whole(rows: pd.DataFrame, members: list[dict], fixed: dict) -> int:
-    """How many of a bundle's trials ran every epoch without error, as --done would take
-    them."""
-    ok = rows[rows["status"].astype(str).str.startswith("ok")] if len(rows) else rows
-    if ok.empty:
-        return 0
-    return len(split_done(Path(ROWS_FILE), ok, members, fixed)[1])
 
 
 def _write(out: Path, rows: pd.DataFrame) -> None:

@@ -87,20 +87,13 @@ def test_pieces_run_the_next_whole_trials_and_never_one_again(tmp_path, costs, c
     assert written["config"].map(lambda c: json.loads(c)["epochs"]).eq(1).all()
 
     assert export([str(first / "epochs.csv"), str(rows)]) == 0
-    second = tmp_path / "second"
-    assert piece.main([*GRID, "--costs", str(costs), "--budget", "300", "--done", str(rows),
-                       "--out", str(second)]) == 0
-    assert _trials(second / "epochs.csv") == set(order[ran:])  # moved on, none again
-    assert export([str(second / "epochs.csv"), str(rows)]) == 0
-    assert _trials(rows) == set(order)
-
     from sweeps.digits_grid import main as sweep
 
     # The first piece's OUT holds its trials' records where a sweep keeps them: --resume
     # goes on from them (none of its trials again), and a sweep resumed there finds them done.
     before = pd.read_csv(first / "epochs.csv")
     assert piece.main([*GRID, "--costs", str(costs), "--budget", "300", "--resume",
-                       "--out", str(first)]) == 0
+                       "--done", str(rows), "--out", str(first)]) == 0
     assert _trials(first / "epochs.csv") == set(order)
     after = pd.read_csv(first / "epochs.csv").set_index(["lam", "seed"])
     assert after.loc[before.set_index(["lam", "seed"]).index, "time_s"].tolist() == \
@@ -109,8 +102,18 @@ def test_pieces_run_the_next_whole_trials_and_never_one_again(tmp_path, costs, c
     assert sweep([*GRID, "--resume", "--dry-run", "--out", str(first)]) == 0
     assert "4 of 4 trials already finished" in capsys.readouterr().out
 
-    # The sweep takes the merged rows as whole trials, and a third piece has nothing to run.
+    second = tmp_path / "second"
+    assert piece.main([*GRID, "--costs", str(costs), "--budget", "300", "--done", str(rows),
+                       "--out", str(second)]) == 0
+    assert _trials(second / "epochs.csv") == set(order[ran:])  # moved on, none again
+    assert export([str(second / "epochs.csv"), str(rows)]) == 0
+    assert _trials(rows) == set(order)
     capsys.readouterr()
+    assert piece.main([*GRID, "--costs", str(costs), "--budget", "300", "--resume", "--done",
+                       str(rows), "--out", str(second)]) == 0
+    assert "every trial of the grid is whole" in capsys.readouterr().out
+
+    # The sweep takes the merged rows as whole trials, and a third piece has nothing to run.
     assert sweep([*GRID, "--done", str(rows), "--dry-run", "--out", str(tmp_path / "s")]) == 0
     assert "4 of 4 trials finished" in capsys.readouterr().out
     assert piece.main([*GRID, "--costs", str(costs), "--budget", "300", "--done", str(rows),
@@ -134,6 +137,7 @@ def test_a_trial_that_cannot_finish_in_the_budget_is_not_started(tmp_path, costs
     (["--K", "20"], "--costs: measured for another step: this piece has K=20 (costs: 40)"),
     (["--amp"], "--costs: no step measured at precision bf16-g"),
     (["--costs", "/nonexistent.json"], "--costs /nonexistent.json: cannot read it"),
+    (["--warm-start"], "--warm-start (preset quick): a piece runs its trials without"),
 ])
 def test_bad_input_is_one_error_line_before_anything_runs(tmp_path, costs, capsys, extra,
                                                           says):
@@ -148,14 +152,16 @@ def test_bad_input_is_one_error_line_before_anything_runs(tmp_path, costs, capsy
     assert not (tmp_path / "o").exists()
 
 
-def test_an_earlier_pieces_rows_are_not_overwritten(tmp_path, costs, capsys):
+@pytest.mark.parametrize("kept", ["epochs.csv", "tune/digits_grid/trials/a_sweeps_trial/x"])
+def test_an_earlier_runs_rows_and_records_are_not_overwritten(tmp_path, costs, capsys, kept):
+    # A piece's rows, or a sweep's records (a piece given a sweep's OUT).
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "epochs.csv").write_text("kept\n")
+    (out / kept).parent.mkdir(parents=True)
+    (out / kept).write_text("kept\n")
     with pytest.raises(SystemExit) as exc:
         piece.main([*GRID, "--costs", str(costs), "--budget", "60", "--out", str(out)])
     assert exc.value.code == 2 and "--overwrite" in capsys.readouterr().err
-    assert (out / "epochs.csv").read_text() == "kept\n"
+    assert (out / kept).read_text() == "kept\n"
 
 
 @pytest.mark.slow

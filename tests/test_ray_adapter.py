@@ -1,6 +1,6 @@
 """Each Ray and Tune internal sweeps/ray_private.py relies on, checked against the installed Ray:
 a Ray upgrade that renames, reshapes or drops one fails here, by name, instead of in a sweep
-(Ray's processes in the driver's group, idle workers, a lost MLflow run). Shapes are read off
+(Ray's processes in the driver's group, idle workers, callback usage tags). Shapes are read off
 Ray itself (signatures, class attributes, the names a function looks up). The public API
 the sweeps use instead of internals (the stop on a signal) is checked on one tiny Tune run."""
 

@@ -158,3 +158,19 @@ def test_a_sweep_from_before_records_is_told_apart(tmp_path):
     assert records.before_records()
     _run(records, "a", 1)
     assert not records.before_records()
+
+
+def test_a_session_continues_its_own_trial_and_not_a_bundle_of_other_members(tmp_path):
+    from trainables.record import RecordSession
+
+    records = Records.at(str(tmp_path), "exp")
+    a, b, c = ({"lam": lam, "seed": 0} for lam in (0.5, 1.0, 2.0))
+    bundle = {"epochs": 2, "point": {"members": [a, b]}}
+    first = RecordSession(records, bundle)
+    first.report({"epoch": 1}, {"state.pt": b"one"})
+    again = RecordSession(records, bundle)  # a restart of the same trial
+    assert again.restore() == {"state.pt": b"one"} and again.rows[0]["epoch"] == 1
+    # The same key (first member, one more) with another member: a trial of its own.
+    other = RecordSession(records, {"epochs": 2, "point": {"members": [a, c]}})
+    assert other.key == first.key and other.restore() is None and other.rows == []
+    assert records.read(other.key).config["members"][1] == c

@@ -235,11 +235,15 @@ class RecordSession:
         self.rows: list[dict] = []
         self.restored: dict[str, bytes] | None = None
         record = records.read(self.key)
-        if record is not None and record.checkpoint is not None:
+        flat = flat_config(config)
+        # A bundle's key names its first member and their number: the same key with other
+        # members (another piece's bundling) is another trial.
+        if (record is not None and record.checkpoint is not None
+                and _plain(record.config.get(MEMBERS_KEY)) == _plain(flat.get(MEMBERS_KEY))):
             self.rows = record.rows
             self.restored = records.checkpoint(record)
         else:
-            records.start(self.key, flat_config(config))
+            records.start(self.key, flat)
 
     def restore(self) -> dict[str, bytes] | None:
         return self.restored
@@ -259,6 +263,11 @@ class RecordSession:
     def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
         record = self.records.read(key)
         return None if record is None else self.records.checkpoint(record)
+
+
+def _plain(value: object) -> object:
+    """`value` as point.json holds it (JSON's types)."""
+    return json.loads(json.dumps(value, default=_json_value))
 
 
 def _json_value(value: object) -> object:
