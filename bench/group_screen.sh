@@ -5,7 +5,8 @@
 # (rho .997) and Colored MNIST (sigma .030). PARTS="dro" or "balanced" runs one of them;
 # PARTS="dro_rows balanced_rows" runs the three-seed rows at the screens' picks (ROW_ETA,
 # ROW_DECAY; ROW_LAM_biased_mnist, ROW_LAM_digits; ROW_SUFFIX names another pick's rows, e.g.
-# ROW_SUFFIX=_lam0.3 writes OUT/BENCH/balanced_rows_lam0.3). A sweep whose results are written is
+# ROW_SUFFIX=_lam0.3 writes OUT/BENCH/balanced_rows_lam0.3); PARTS=reweight_rows runs
+# group_reweight's (ROW_LAM_REWEIGHT, 1) on the same groups. A sweep whose results are written is
 # skipped, an unfinished one continued (--resume): run the script again to continue after a stop.
 #
 #   bench/group_screen.sh ROOT OUT        # e.g. ../shared/data/mnist runs/group_screen
@@ -38,6 +39,11 @@ for part in $parts; do
     if [ "$part" = dro_rows ]; then  # seeds 0-2 at the screen's (eta, weight decay)
       sweep "$out/$bench/dro_rows${ROW_SUFFIX:-}" "$bench" --preset balanced_rows --method group_dro \
         --dro-step "${ROW_ETA:?set ROW_ETA}" --weight-decay "${ROW_DECAY:?set ROW_DECAY}"
+      continue
+    fi
+    if [ "$part" = reweight_rows ]; then  # seeds 0-2, group_reweight on the same groups
+      sweep "$out/$bench/reweight_rows${ROW_SUFFIX:-}" "$bench" --preset balanced_rows \
+        --method group_reweight --lam "${ROW_LAM_REWEIGHT:-1}"
       continue
     fi
     if [ "$part" = balanced_rows ]; then  # seeds 0-2 at the screen's lambda, per benchmark
