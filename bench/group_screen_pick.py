@@ -11,7 +11,8 @@ With --rows, the same rules pick per (data axis value, seed) among the three-see
 several settings (exported epochs CSVs, NAME=CSV each), one trial of each a candidate; the
 picked trials' test accuracy is then averaged per axis value: the rules applied point by point.
 
-    python bench/group_screen_pick.py runs/group_screen
+    python bench/group_screen_pick.py runs/group_screen            # or its exported CSVs:
+    python bench/group_screen_pick.py bench/results/group_screen_68
     python bench/group_screen_pick.py --rows "λ .3=a.csv" "λ 1=b.csv"
 """
 
@@ -32,29 +33,47 @@ from analysis.specs import valued_axes  # noqa: E402
 COLUMNS = ("epoch", "train_acc", "test_acc", "mi_eval", "mi_eval_cond")
 
 
-def candidates(bench_dir: Path) -> pd.DataFrame:
+def screen_sweeps(root: Path, bench: str) -> dict[str, Path]:
+    """Each candidate sweep of one benchmark's screens, by name: under an OUT directory
+    (`BENCH/balanced_screen/results.parquet`, `BENCH/dro_eta*/results.parquet`) or, in a folder
+    of exported CSVs (bench/results/group_screen_68), `BENCH_balanced_screen.csv` and
+    `BENCH_dro_eta*.csv`."""
+    if (root / bench).is_dir():
+        balanced = root / bench / "balanced_screen" / "results.parquet"
+        dro = {p.parent.name[4:]: p for p in root.glob(f"{bench}/dro_eta*/results.parquet")}
+    else:
+        balanced = root / f"{bench}_balanced_screen.csv"
+        dro = {p.stem[len(bench) + 5:]: p for p in root.glob(f"{bench}_dro_eta*.csv")}
+    found = {"balanced": balanced, **dict(sorted(dro.items()))}
+    return {name: path for name, path in found.items() if path.exists()}
+
+
+def sweep_finals(path: Path) -> pd.DataFrame:
+    return csv_finals(path) if path.suffix == ".csv" else final_rows(pd.read_parquet(path))
+
+
+def candidates(root: Path, bench: str) -> pd.DataFrame:
     """One final row per candidate: ERM and mi_backprop's lambdas from balanced_screen, then
     each dro_* sweep's trial; `lam` numbers them for the rules, `candidate` names them."""
     rows = []
-    balanced = bench_dir / "balanced_screen" / "results.parquet"
-    if balanced.exists():
-        finals = final_rows(pd.read_parquet(balanced))
-        for row in finals.sort_values("lam").to_dict("records"):
-            name = "ERM" if row["lam"] == 0 else f"mi_backprop λ {row['lam']:g}"
-            rows.append({**row, "candidate": name})
-    for sweep in sorted(bench_dir.glob("dro_*/results.parquet")):
-        for row in final_rows(pd.read_parquet(sweep)).to_dict("records"):
-            rows.append({**row, "candidate": f"group_dro {sweep.parent.name[4:]}"})
+    for name, path in screen_sweeps(root, bench).items():
+        finals = sweep_finals(path).sort_values("lam")
+        for row in finals.to_dict("records"):
+            if name == "balanced":
+                label = "ERM" if row["lam"] == 0 else f"mi_backprop λ {row['lam']:g}"
+            else:
+                label = f"group_dro {name}"
+            rows.append({**row, "candidate": label})
     table = pd.DataFrame(rows)
     table["lam"] = range(len(table))
     return table
 
 
-def report(bench_dir: Path) -> list[str]:
-    table = candidates(bench_dir)
+def report(root: Path, bench: str) -> list[str]:
+    table = candidates(root, bench)
     if table.empty:
-        return [f"{bench_dir.name}: no finished sweep yet"]
-    lines = [f"### {bench_dir.name}", "",
+        return [f"{bench}: no finished sweep yet"]
+    lines = [f"### {bench}", "",
              "| candidate | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for row in table.to_dict("records"):
         cells = [f"{row.get(c, float('nan')):.3f}" if c != "epoch"
@@ -135,10 +154,14 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) != 1 or not Path(argv[0]).is_dir():
         print("error: give the screen's OUT directory (bench/group_screen.sh's second "
-              "argument)", file=sys.stderr)
+              "argument) or a folder of its exported CSVs", file=sys.stderr)
         return 2
-    for bench_dir in sorted(p for p in Path(argv[0]).iterdir() if p.is_dir()):
-        print("\n".join(report(bench_dir)))
+    root = Path(argv[0])
+    benches = sorted({p.name for p in root.iterdir() if p.is_dir()}
+                     | {p.name[:-len("_balanced_screen.csv")]
+                        for p in root.glob("*_balanced_screen.csv")})
+    for bench in benches:
+        print("\n".join(report(root, bench)))
     return 0
 
 
