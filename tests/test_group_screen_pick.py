@@ -3,7 +3,7 @@ several settings' exported rows, each setting's trial a candidate there."""
 
 from __future__ import annotations
 
-import importlib.util
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +15,8 @@ PATH = ROOT / "bench" / "group_screen_pick.py"
 ROWS = ROOT / "bench" / "results" / "group_screen_68"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("group_screen_pick", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["group_screen_pick"] = module
-    spec.loader.exec_module(module)
-    return module
+def _module() -> dict:
+    return runpy.run_path(str(PATH))  # the script's names, not run as __main__
 
 
 def _rows(tmp_path: Path, name: str, mi_eval: dict[tuple[float, int], float],
@@ -47,7 +43,7 @@ def test_rows_pick_per_point_at_the_reported_epoch(tmp_path):
     pick = _module()
     low = {(.02, 0): .1, (.02, 1): .9, (.05, 0): .2, (.05, 1): .3}
     high = {(.02, 0): .5, (.02, 1): .4, (.05, 0): .7, (.05, 1): .8}
-    lines = pick.rows_report({"a": _rows(tmp_path, "a", low), "b": _rows(tmp_path, "b", high)})
+    lines = pick["rows_report"]({"a": _rows(tmp_path, "a", low), "b": _rows(tmp_path, "b", high)})
     text = "\n".join(lines)
     # seed 1 at sigma .02: b's MI (.4) is below a's (.9), so the label-free rule takes b there;
     # the oracle takes the higher test accuracy at the reported epoch (.5 + mi / 10: a's).
@@ -64,7 +60,7 @@ def test_rows_pick_passes_over_a_failed_estimate(tmp_path):
     high = {(.02, 0): .5, (.02, 1): .6}
     # a's estimate at seed 0 reads far below its prediction floor: not a measured MI.
     failed = _rows(tmp_path, "a", low, floor={(.02, 0): 3.0})
-    text = "\n".join(pick.rows_report({"a": failed, "b": _rows(tmp_path, "b", high)}))
+    text = "\n".join(pick["rows_report"]({"a": failed, "b": _rows(tmp_path, "b", high)}))
     assert "(failed)" in text
     assert "lowest-MI (label-free), sigma 0.02: 0.550 / 0.520" in text
 
