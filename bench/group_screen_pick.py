@@ -95,10 +95,15 @@ def report(root: Path, bench: str) -> list[str]:
 
 
 def csv_finals(path: Path) -> pd.DataFrame:
-    """The final row of each trial of an exported epochs CSV: its `selected_epoch` (the
+    """The final row of each whole trial of an exported epochs CSV: its `selected_epoch` (the
     label-free stopping rule's), as results.parquet marks it `selected`."""
     rows = pd.read_csv(path)
     last = rows.groupby("trial_id")["epoch"].transform("max")
+    # A trial still running when exported is no candidate: it is short of its epochs, or, where
+    # the CSV has no `epochs`, it has not reported its selected epoch yet.
+    whole = (last >= rows["epochs"] if "epochs" in rows.columns else
+             rows.groupby("trial_id")["selected_epoch"].transform("count") > 0)
+    rows, last = rows[whole], last[whole]
     chosen = rows.groupby("trial_id")["selected_epoch"].transform("max").fillna(last)
     return final_rows(rows.assign(selected=rows["epoch"].eq(chosen)))
 

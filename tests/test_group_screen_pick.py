@@ -98,3 +98,15 @@ def test_screen_picks_rebuilt_from_the_exported_csvs():
     for line in committed.splitlines():
         if line.startswith("| group_dro eta0.01") or line.startswith("- "):
             assert line in out
+
+
+def test_rows_pick_skips_a_trial_still_running(tmp_path):
+    pick = _module()
+    path = _rows(tmp_path, "a", {(.02, 0): .1, (.02, 1): .2})
+    rows = pd.read_csv(path)
+    rows = rows[~((rows["seed"] == 1) & (rows["epoch"] == 2))]  # seed 1 exported at epoch 1
+    rows.loc[rows["seed"] == 1, "selected_epoch"] = float("nan")
+    rows.to_csv(path, index=False)
+    text = "\n".join(pick["rows_report"]({"a": path, "b": _rows(tmp_path, "b", {(.02, 0): .5,
+                                                                               (.02, 1): .6})}))
+    assert "| 0.02 | 1 | — |" in text
