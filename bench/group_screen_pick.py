@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from analysis.results import final_rows  # noqa: E402
 from analysis.selection import LowestMI, NoCandidateError, OracleTest  # noqa: E402
 from analysis.specs import valued_axes  # noqa: E402
+from sweeps.results_frame import selected_rows  # noqa: E402
 
 COLUMNS = ("epoch", "train_acc", "test_acc", "mi_eval", "mi_eval_cond")
 
@@ -103,9 +104,8 @@ def csv_finals(path: Path) -> pd.DataFrame:
     # the CSV has no `epochs`, it has not reported its selected epoch yet.
     whole = (last >= rows["epochs"] if "epochs" in rows.columns else
              rows.groupby("trial_id")["selected_epoch"].transform("count") > 0)
-    rows, last = rows[whole], last[whole]
-    chosen = rows.groupby("trial_id")["selected_epoch"].transform("max").fillna(last)
-    return final_rows(rows.assign(selected=rows["epoch"].eq(chosen)))
+    rows = rows[whole]
+    return final_rows(rows.assign(selected=selected_rows(rows)))
 
 
 def rows_report(settings: dict[str, Path]) -> list[str]:
