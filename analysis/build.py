@@ -53,6 +53,11 @@ def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = N
     written = [atomic_write_text(out / "table.md", markdown),
                atomic_write_parquet(tidy, out / "table.parquet"),
                atomic_write_text(out / "table.tex", to_latex(tidy))]
+    if "arm" in df.columns and df["arm"].notna().any():  # a tuning sweep's comparison
+        # imported here: `python -m analysis.comparison` runs it as a script
+        from analysis.comparison import write_comparison
+
+        written += write_comparison(df, out)
     if figures:
         # The figure marks the same lowest-MI choice as the tables (same tolerance).
         lowest = next((r for r in rules or () if r.key == LowestMI.key), None)

@@ -92,6 +92,32 @@ def method_lams(text: str) -> tuple[str, list[float]]:
     return name.strip(), LAM_LIST(lams)
 
 
+def _known_arm(name: str) -> str | None:
+    from unbiased.search import ARMS
+
+    return None if name in ARMS else f"unknown arm; choose from {', '.join(ARMS)}"
+
+
+ARM_LIST = _list_of(str, _known_arm)
+
+
+def arm_draws(text: str) -> tuple[str, list[int]]:
+    """ARM=I,J (--draw-of): the draw indices of one arm to run."""
+    name, sep, draws = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected ARM=DRAW[,DRAW...], got {text!r}")
+    problem = _known_arm(name.strip())
+    if problem:
+        raise argparse.ArgumentTypeError(f"{name.strip()}: {problem}")
+    return name.strip(), SEED_LIST(draws)
+
+
+def _arm_names() -> list[str]:
+    from unbiased.search import ARMS
+
+    return list(ARMS)
+
+
 def tracker_list(text: str) -> tuple[str, ...]:
     """--tracker: none, or trackers comma-separated (mlflow,wandb)."""
     if text.strip() == "none":
@@ -277,6 +303,19 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                             "method_lam)")
         _preset_value(p, "--K", type=K_LIST, help="MINE steps per model step, comma-separated")
     _preset_value(p, "--seeds", type=SEED_LIST, help="seeds, comma-separated")
+    if not search:
+        tuning = p.add_argument_group(
+            "an equal tuning budget (unbiased/search.py; the `tune` presets): every arm the "
+            "same number of draws from its method's distributions, instead of --method, "
+            "--lam and --K's grid")
+        _preset_value(tuning, "--arms", type=ARM_LIST,
+                      help=f"arms, comma-separated: {', '.join(_arm_names())}")
+        _preset_value(tuning, "--draws", type=POS_INT, help="draws per arm")
+        _preset_value(tuning, "--search-seed", type=NONNEG_INT,
+                      help="the seed of the draws (not of the trials: --seeds)")
+        tuning.add_argument("--draw-of", type=arm_draws, action="append", metavar="ARM=DRAWS",
+                            help="run only these draws of an arm (indices from 0, e.g. "
+                                 "group_dro=3: a rule's pick on new seeds); repeat per arm")
     if benchmark is not None and benchmark.settings is not None:
         field_flags(p.add_argument_group(benchmark.title), benchmark.settings,
                     dataclasses.fields(benchmark.settings))
@@ -462,6 +501,7 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
                          f"--method ({', '.join(methods)})")
         values["method_lam"] = {**dict(values.get("method_lam") or {}), **dict(lam_of)}
         explicit.add("method_lam")
+    check_tuning(parser, values, getattr(ns, "draw_of", None), explicit)
     gpus = float(values.get("gpus_per_trial", 0))
     if gpus > 1 and gpus != int(gpus):
         parser.error(f"argument --gpus-per-trial: {gpus} must be <= 1 or a whole number")
@@ -508,6 +548,38 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
                      wandb_project=ns.wandb_project,
                      tracking_uri=ns.tracking_uri, explicit=frozenset(explicit),
                      fetch_command=fetch)
+
+
+def check_tuning(parser: argparse.ArgumentParser, values: dict,
+                 draw_of: list[tuple[str, list[int]]] | None, explicit: set[str]) -> None:
+    """A tuning sweep's arms, draws and --draw-of agree (a draw index within --draws, of an
+    arm the sweep runs); --draw-of goes into values as `draw_of`."""
+    arms = values.get("arms")
+    if not arms:
+        for key in ("draws", "search_seed"):
+            if key in explicit:
+                parser.error(f"argument {flag_of(key)}: only a tuning sweep (--arms, the "
+                             f"`tune` presets) draws its points")
+        if draw_of:
+            parser.error("argument --draw-of: only a tuning sweep (--arms, the `tune` "
+                         "presets) draws its points")
+        return
+    if not values.get("draws"):
+        parser.error("argument --arms: a tuning sweep needs --draws (draws per arm)")
+    if not draw_of:
+        return
+    chosen = dict(values.get("draw_of") or {})
+    for arm, draws in draw_of:
+        if arm not in arms:
+            parser.error(f"argument --draw-of: {arm} is not in this sweep's --arms "
+                         f"({', '.join(arms)})")
+        beyond = [d for d in draws if d >= int(values["draws"])]
+        if beyond:
+            parser.error(f"argument --draw-of: {arm}={_show(beyond)}: draws are numbered "
+                         f"0..{int(values['draws']) - 1} (--draws {values['draws']})")
+        chosen[arm] = sorted(set(draws))
+    values["draw_of"] = chosen
+    explicit.add("draw_of")
 
 
 def check_storage_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace,

@@ -38,13 +38,14 @@ from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from trainables.record import Records, trial_key
 from unbiased.benchmarks.spec import BenchmarkSpec
-from unbiased.settings import POINT_KEY, WARM_FROM, TrialSettings
+from unbiased.settings import POINT_KEY, SETTINGS_KEY, WARM_FROM, TrialSettings, flat_point
 
 # Trial keys read by the trainable itself (unbiased/trial.py), whatever the method.
 RUN_KEYS = ("epochs", *(f.name for f in fields(TrialSettings)))
 # Values the driver uses itself; they never reach a trial as such.
 DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_per_trial",
-                         "scheduler", "samples", "lam_range", "weights", "method_lam"})
+                         "scheduler", "samples", "lam_range", "weights", "method_lam",
+                         "arms", "draws", "draw_of", "search_seed"})
 
 
 def method_keys() -> tuple[str, ...]:
@@ -55,6 +56,15 @@ def method_keys() -> tuple[str, ...]:
     for name in METHODS:
         keys += [k for k in config_keys(name) if k not in keys]
     return tuple(keys)
+
+
+def sweep_methods(values: dict) -> list[str]:
+    """The methods a sweep's trials run: its arms' (a tuning preset), else `method`'s."""
+    if values.get("arms"):
+        from unbiased.search import ARMS
+
+        return list(dict.fromkeys(ARMS[arm].method for arm in values["arms"]))
+    return list(values.get("method") or ["mi_backprop"])
 
 
 def has_key(method: str, key: str) -> bool:
@@ -172,7 +182,7 @@ class GridSpec:
         was asked without a word."""
         from unbiased.methods import METHODS, config_keys
 
-        methods = list(values.get("method") or ["mi_backprop"])
+        methods = sweep_methods(values)
         read = {key for method in methods for key in config_keys(method)}
         for key in sorted(explicit & set(method_keys()) - read):
             readers = [name for name in METHODS if key in config_keys(name)]
@@ -188,7 +198,12 @@ class GridSpec:
 
         Ordered seed first, then method (as listed), then the data axes: Tune starts trials
         in this order, so a grid cut off by a session's end holds whole seeds, and within a
-        seed the first method's ERM and lambda rows at every sigma before any competitor."""
+        seed the first method's ERM and lambda rows at every sigma before any competitor.
+        A tuning preset's (`arms`) are its draws instead (sweeps/tuning.py)."""
+        if values.get("arms"):
+            from sweeps.tuning import search_points
+
+            return search_points(values, self.data_axes)
         methods = list(values.get("method") or ["mi_backprop"])
         # A flag sets one value of an axis (`--no-mi-guard` on the critic ablation).
         axes = [[(key, v) for v in (values[key] if isinstance(values[key], list)
@@ -226,7 +241,7 @@ class GridSpec:
         points = self.points(values) if points is None else points
         for point in points:
             try:
-                method_config(point["method"], {**fixed, **point})
+                method_config(point["method"], {**fixed, **flat_point(point)})
             except (ValueError, TypeError) as exc:
                 raise SweepError(f"invalid settings for method {point['method']}: {exc}"
                                  ) from None
@@ -242,12 +257,12 @@ class GridSpec:
 
     def result_columns(self) -> dict[str, str]:
         columns = {"method": "method", "lam": "lam", "K": "K", "seed": "seed",
-                   "epochs": "epochs"}
+                   "epochs": "epochs", "arm": "arm", "draw": "draw"}
         columns.update({key: key for key in self.data_axes})
         return columns
 
     def param_keys(self) -> tuple[str, ...]:
-        return ("method", *self.data_axes, "lam", "K", "seed")
+        return ("method", *self.data_axes, "arm", "draw", "lam", "K", "seed")
 
 
 def benchmark_grid(name: str, **overrides) -> GridSpec:
@@ -275,7 +290,7 @@ def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
     for i, point in enumerate(points):
         if point["method"] != "mi_backprop":
             continue
-        cfg = method_config("mi_backprop", {**fixed, **point})
+        cfg = method_config("mi_backprop", {**fixed, **flat_point(point)})
         if cfg.inner_z != "batch":
             continue
         key = tuple(repr(getattr(cfg, k)) for k in shared_keys)
@@ -437,7 +452,7 @@ def trial_rows(records: Records, fixed: dict, points: list[dict], errors: dict[s
         if key in held:
             rows, config, _, _ = held[key]
         else:
-            rows, config = pd.DataFrame(), {**fixed, **point}
+            rows, config = pd.DataFrame(), {**fixed, **flat_point(point)}
             error = error or "the trial never reported (no record)"
         if rows.empty:
             rows = pd.DataFrame({"epoch": [0]})
@@ -569,11 +584,14 @@ def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
         print(line)
     keys = [k for k in spec.param_keys() if any(p.get(k) is not None for _, p in points)]
     warm = any(WARM_FROM in p for _, p in points)  # --warm-start: which trial each starts from
+    # A tuning preset's drawn and held settings (sweeps/tuning.py), a column each.
+    drawn = sorted({k for _, p in points for k in p.get(SETTINGS_KEY) or {}})
     rows = [{**({"bundle": i} if bundled else {}), **({"trial": i} if warm else {}),
              **{k: "-" if p.get(k) is None else p[k] for k in keys},
+             **{k: (p.get(SETTINGS_KEY) or {}).get(k, "-") for k in drawn},
              **({"starts_from": p.get(WARM_FROM, "-")} if warm else {})} for i, p in points]
     print(pd.DataFrame(rows, dtype=object).to_string(index=False))
-    fixed = spec.fixed_values(args.values)
+    fixed = {k: v for k, v in spec.fixed_values(args.values).items() if k not in drawn}
     print("shared: " + ", ".join(f"{k}={fixed[k]}" for k in sorted(fixed)))
 
 

@@ -33,6 +33,7 @@ import pandas as pd
 from analysis.results import CRITIC_WARNING, OK_WARNING
 from sweeps.common import SweepError
 from trainables.record import Record, Records, trial_key
+from unbiased.settings import SETTINGS_KEY, flat_point
 
 # Shared settings that do not change a trial's numbers: where the data is, how many threads.
 _NOT_COMPARED = frozenset({"root", "device", "num_threads", "cpus_per_trial",
@@ -45,7 +46,8 @@ def read_done(path: Path, keys: tuple[str, ...]) -> pd.DataFrame:
         rows = pd.read_csv(path)
     except (OSError, ValueError) as exc:
         raise SweepError(f"--done {path}: cannot read it as CSV ({exc})") from None
-    need = [k for k in (*keys, "epoch") if k != "K"]
+    # K: 0 where absent; a tuning preset's arm and draw: its points match on them
+    need = [k for k in (*keys, "epoch") if k not in ("K", "arm", "draw")]
     missing = [k for k in need if k not in rows.columns]
     if missing:
         raise SweepError(f"--done {path}: no column {', '.join(missing)} (expected the CSV "
@@ -59,6 +61,8 @@ def read_done(path: Path, keys: tuple[str, ...]) -> pd.DataFrame:
 def _matches(rows: pd.DataFrame, point: dict) -> pd.Series:
     hit = pd.Series(True, index=rows.index)
     for key, value in {**point, "K": point.get("K", 0)}.items():
+        if key == SETTINGS_KEY:
+            continue  # drawn settings: the point's arm and draw name them
         if key not in rows.columns:
             return pd.Series(False, index=rows.index)
         column = rows[key]
@@ -88,8 +92,16 @@ def _recorded_config(own: pd.DataFrame) -> dict | None:
 def _check_config(where: str, point: dict, config: dict | None, fixed: dict) -> None:
     if config is None:
         return
+    # A drawn setting must be what the record ran with too (another --search-seed draws
+    # other settings under the same arm and draw index).
+    drawn = point.get(SETTINGS_KEY) or {}
+    for key, value in sorted(drawn.items()):
+        if key in config and _plain(config[key]) != _plain(value):
+            raise SweepError(f"{where}: draw {point.get('draw')} of arm {point.get('arm')} ran "
+                             f"with {key}={config[key]}, this sweep draws {key}={value}: "
+                             f"not the same search (--search-seed?)")
     for key, value in sorted(fixed.items()):
-        if key in _NOT_COMPARED or key not in config:
+        if key in _NOT_COMPARED or key not in config or key in drawn:
             continue
         if _plain(config[key]) != _plain(value):
             tag = " ".join(f"{k}={v}" for k, v in point.items())
@@ -140,7 +152,7 @@ def import_done(records: Records, path: Path, keys: tuple[str, ...], points: lis
             continue
         config = _recorded_config(own)
         if config is None:  # a FILE written before configs were exported: the sweep's own
-            config = {**fixed, **point}
+            config = {**fixed, **flat_point(point)}
         drop = {"config", "trial_id", "status", "K", *point}
         metrics = own.drop(columns=[c for c in own.columns if c in drop])
         note = _selection_note(own)
@@ -148,7 +160,7 @@ def import_done(records: Records, path: Path, keys: tuple[str, ...], points: lis
             metrics = metrics.assign(selection_note=note)
         rows = [{k: v for k, v in row.items() if not _missing(v)}
                 for row in metrics.to_dict("records")]
-        records.start(key, {**config, **point})
+        records.start(key, {**config, **flat_point(point)})
         records.write(key, rows, None)
         records.end(key, f"taken over from {path}")
     return len(done)
@@ -211,5 +223,6 @@ def trial_points(rows: pd.DataFrame, config: dict, key: str
         if "device_error" in rows.columns and rows["device_error"].notna().any():
             # the trial could not have its device: every member stopped with it
             own = own.assign(device_error=rows["device_error"].dropna().iloc[-1])
-        out.append((trial_key([point]), {**shared, **point}, own.reset_index(drop=True)))
+        out.append((trial_key([point]), {**shared, **flat_point(point)},
+                    own.reset_index(drop=True)))
     return out

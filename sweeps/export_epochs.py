@@ -30,9 +30,9 @@ from analysis.specs import DATA_AXES
 # One trial: its method, K (0 for methods without one, as in results.parquet), lam, seed, and
 # its data point: the values of the axes below that its rows hold.
 POINT_KEYS = ["method", "K", "lam", "seed"]
-# Grid axes some sweeps add (digits' critic_ablation_* presets): part of a trial's key
-# where present.
-AXIS_KEYS = ["mine_standardize", "mi_guard"]
+# Grid axes some sweeps add (digits' critic_ablation_* presets; a tuning preset's arm and
+# draw): part of a trial's key where present.
+AXIS_KEYS = ["mine_standardize", "mi_guard", "arm", "draw"]
 # The CSV's leading columns, as every export so far wrote them (digits' sigma among them).
 TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]
 COLUMNS = [*TRIAL_KEYS, "epoch", "train_acc", "test_acc", "mi", "penalty",
@@ -104,7 +104,7 @@ def _trial_key(row: pd.Series, keys: list[str]) -> tuple:
 
 
 def _key_value(key: str, value: object) -> object:
-    if key == "method" or key in AXIS_KEYS:
+    if key == "method" or (key in AXIS_KEYS and key != "draw"):
         return str(value)
     try:
         return round(float(value), 9)

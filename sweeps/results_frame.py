@@ -28,7 +28,8 @@ KEPT_COLUMNS = (*dict.fromkeys(c for spec in all_specs() for c in spec.result_co
                 "mi_eval_cond", "selected_epoch", "penalty", "epoch_s", "eval_s",
                 "mi_eval_s", "ckpt_s", "mi_floor", "mi_floor_cond", "selected_mi_eval",
                 "selected_mi_eval_cond", "guarded_frac", "graphed", "empty_groups",
-                "worst_group_loss", "dro_q_max", "dro_q_entropy",
+                "worst_group_loss", "dro_q_max", "dro_q_entropy", "test_worst_acc",
+                "val_acc", "val_worst_acc", "val_groups", "val_min_group", "arm", "draw",
                 # the critic ablation's axes (digits' critic_ablation_* presets)
                 "mine_standardize", "mi_guard")
 METHOD = "mi_backprop"  # the method of a trial whose config names none
@@ -55,7 +56,8 @@ def results_frame(trials: Sequence[tuple[pd.DataFrame, dict, str, object]], expe
         df = df.copy()
         df["trial_id"] = trial_id
         for column, key in config_columns.items():
-            df[column] = config.get(key, math.nan)
+            if column in CONTRACT_COLUMNS or key in config:  # arm, draw: a tuning preset's
+                df[column] = config.get(key, math.nan)
         df["status"] = "ok" if error is None else f"error: {_one_line(error)}"
         # The trial's full config next to its numbers: a row says how it was made.
         df["config"] = json.dumps(config, sort_keys=True, default=str)
@@ -94,7 +96,8 @@ def results_frame(trials: Sequence[tuple[pd.DataFrame, dict, str, object]], expe
     for column in ("node_id", "machine"):
         if column in df.columns:
             df[column] = df[column].astype("string")
-    return df.sort_values(["sigma", "lam", "K", "seed", "epoch"]).reset_index(drop=True)
+    drawn = [c for c in ("arm", "draw") if c in df.columns]  # a tuning preset's
+    return df.sort_values(["sigma", "lam", "K", "seed", *drawn, "epoch"]).reset_index(drop=True)
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:

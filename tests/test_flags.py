@@ -82,7 +82,7 @@ ADDED = {(f"{driver}/paper/", "cuda_graphs"): True
 # Presets added since the record (their cases are new, the others' must not change).
 NEW_PRESETS = ("digits_grid/kim/", "digits_grid/group_screen/", "digits_grid/groups/",
                "digits_grid/dro_screen/", "digits_grid/balanced_screen/",
-               "digits_grid/balanced_rows/")
+               "digits_grid/balanced_rows/", "digits_grid/tune/", "digits_grid/tune_quick/")
 
 
 @pytest.fixture(scope="module")

@@ -121,7 +121,7 @@ def test_group_dro_resumes_with_its_weights():
 
 def test_published_group_dro_steps_g_and_f_on_the_robust_loss_alone():
     bench = _bench()
-    settings = {"lam": 1.0, "dro_step": 0.5, "dro_sampler": "uniform"}
+    settings = {"lam": 1.0, "dro_step": 0.5, "sampler": "uniform"}
     algo = make_method("group_dro", bench, settings, seed=0)
     twin = make_method("group_dro", bench, settings, seed=0)
     rows = torch.tensor([0, 1, 5, 6, 7])
@@ -144,7 +144,7 @@ def test_published_group_dro_steps_g_and_f_on_the_robust_loss_alone():
 
 def test_the_penalty_variant_steps_on_the_task_loss_plus_lam_times_the_robust_loss():
     bench = _bench()
-    settings = {"lam": 2.0, "dro_step": 0.5, "dro_loss": "penalty", "dro_sampler": "uniform"}
+    settings = {"lam": 2.0, "dro_step": 0.5, "dro_loss": "penalty", "sampler": "uniform"}
     algo = make_method("group_dro", bench, settings, seed=0)
     twin = make_method("group_dro", bench, settings, seed=0)
     rows = torch.tensor([0, 5, 6])

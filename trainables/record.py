@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from pyarrow import fs as pafs
 
-from unbiased.settings import MEMBERS_KEY, POINT_KEY, WARM_FROM, flat_config
+from unbiased.settings import MEMBERS_KEY, POINT_KEY, SETTINGS_KEY, WARM_FROM, flat_config
 
 TRIALS_DIR = "trials"
 POINT_FILE = "point.json"
@@ -43,7 +43,7 @@ def trial_key(points: list[dict]) -> str:
     others. The same flags give the same keys in every launch; which trial a warm start
     starts from is not part of the point."""
     first = "_".join(f"{k}={v}" for k, v in points[0].items()
-                     if k != WARM_FROM and v is not None)
+                     if k not in (WARM_FROM, SETTINGS_KEY) and v is not None)
     return first if len(points) == 1 else f"{first}+{len(points) - 1}"
 
 

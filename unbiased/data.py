@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 # One mini-batch as the loop sees it: inputs, labels, bias attribute, all on the split's device.
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -55,6 +55,10 @@ class TensorSplit:
     def to(self, device: torch.device | str) -> TensorSplit:
         return TensorSplit(self.x.to(device), self.y.to(device), self.c.to(device))
 
+    def subset(self, rows: torch.Tensor) -> TensorSplit:
+        """The split's `rows` (indices), in that order."""
+        return TensorSplit(self.x[rows], self.y[rows], self.c[rows])
+
     def batches(self, batch_size: int, order: torch.Tensor | None = None) -> Iterator[Batch]:
         """Consecutive mini-batches of `order` (row indices), or of the rows in order."""
         n = len(self) if order is None else len(order)
@@ -81,6 +85,8 @@ class Split(Protocol):
                 ) -> Iterator[Batch]: ...
 
     def to(self, device: torch.device | str) -> Split: ...
+
+    def subset(self, rows: torch.Tensor) -> Split: ...
 
 
 class _OrderSampler(Sampler[list[int]]):
@@ -127,6 +133,10 @@ class LoaderSplit:
 
     def to(self, device: torch.device | str) -> LoaderSplit:
         return LoaderSplit(self.dataset, self.y, self.c, self.num_workers, device)
+
+    def subset(self, rows: torch.Tensor) -> LoaderSplit:
+        return LoaderSplit(Subset(self.dataset, rows.tolist()), self.y[rows], self.c[rows],
+                           self.num_workers, self.device)
 
     def __getstate__(self) -> dict:
         # DataLoaders (and their worker processes) stay with the process that made them.
@@ -200,6 +210,11 @@ class Benchmark:
     # groups its rows otherwise than y x its bias classes (Colored MNIST's `--groups
     # palette`); None: `bias_groups` of the training split. See `train_groups`.
     groups: tuple[torch.Tensor, int] | None = None
+    # How any split's rows fall into the groups whose accuracies are reported (each
+    # evaluation split's `<name>_worst_acc`, the validation split's too): None, no
+    # worst-group accuracy. Colored MNIST's are its palette groups whatever `--groups` a
+    # method trains on (its 5,120 RGB cells hold a handful of test rows each).
+    report_groups: Callable[[Split], tuple[torch.Tensor, int]] | None = None
 
     def to(self, device: torch.device | str) -> Benchmark:
         groups = None if self.groups is None else (self.groups[0].to(device), self.groups[1])
@@ -214,6 +229,52 @@ class Benchmark:
         if self.groups is not None:
             return self.groups
         return bias_groups(self.train.y, self.train.c, self.num_classes, self.bias_classes)
+
+
+# The validation rows are drawn by a generator of their own, seeded from the trial's seed
+# plus this: the same rows for every method and setting of a seed.
+VAL_SEED_OFFSET = 4_000_037
+VAL_SPLIT = "val_acc"  # the validation split's name among a benchmark's evaluation splits
+
+
+def hold_out(bench: Benchmark, fraction: float, seed: int) -> Benchmark:
+    """The benchmark with `fraction` of its training rows held out as a validation split
+    (`val_acc` among its evaluation splits): a uniform random draw of the training rows, so
+    drawn like them (the same bias), and the rows left train. The methods' groups follow
+    their rows."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"the validation fraction must be in (0, 1), got {fraction}")
+    n = len(bench.train)
+    held = round(n * fraction)
+    if not 0 < held < n:
+        raise ValueError(f"a validation fraction of {fraction:g} of {n} training rows "
+                         f"holds out {held}: nothing to validate on or to train on")
+    gen = torch.Generator().manual_seed(seed + VAL_SEED_OFFSET)
+    order = torch.randperm(n, generator=gen)
+    device = bench.train.y.device
+    val_rows = order[:held].sort().values.to(device)
+    train_rows = order[held:].sort().values.to(device)
+    groups = None
+    if bench.groups is not None:
+        groups = (bench.groups[0][train_rows], bench.groups[1])
+    return dataclasses.replace(
+        bench, train=bench.train.subset(train_rows), groups=groups,
+        eval_splits={**bench.eval_splits, VAL_SPLIT: bench.train.subset(val_rows)},
+        info={**bench.info, "n_train": n - held, "n_val": held})
+
+
+def worst_group_name(split: str) -> str:
+    """The report name of a split's worst-group accuracy: test_acc -> test_worst_acc."""
+    return split.removesuffix("_acc") + "_worst_acc"
+
+
+def group_accuracies(pred: torch.Tensor, y: torch.Tensor, groups: torch.Tensor, count: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each group's accuracy and size (accuracy NaN where the group has no row)."""
+    right = torch.zeros(count, dtype=torch.float64, device=pred.device).index_add(
+        0, groups, (pred == y).double())
+    sizes = torch.bincount(groups, minlength=count)
+    return right / sizes, sizes
 
 
 def balanced_weights(groups: torch.Tensor, count: int) -> torch.Tensor:

@@ -147,12 +147,21 @@ WARM_FROM = "warm_from"
 # ray-free, so that the trial loop (unbiased/trial.py) and the sweeps read it from one place.
 POINT_KEY = "point"
 MEMBERS_KEY = "members"  # a bundle trial's point: its grid points under this key
+# A tuning preset's point holds its drawn settings under this key (sweeps/tuning.py): its arm
+# and draw index name the trial, the settings reach its config.
+SETTINGS_KEY = "settings"
 
 
 def flat_config(config: dict) -> dict:
-    """A trial's config with its grid point's keys at the top level."""
+    """A trial's config with its grid point's keys (and drawn settings) at the top level."""
     return {**{k: v for k, v in config.items() if k != POINT_KEY},
-            **(config.get(POINT_KEY) or {})}
+            **flat_point(config.get(POINT_KEY) or {})}
+
+
+def flat_point(point: dict) -> dict:
+    """A grid point with its drawn settings (SETTINGS_KEY) at the top level."""
+    return {**{k: v for k, v in point.items() if k != SETTINGS_KEY},
+            **(point.get(SETTINGS_KEY) or {})}
 
 
 @dataclass
@@ -176,6 +185,11 @@ class TrialSettings:
                 "weights (every (y, c) group of the benchmark the same weight), so the "
                 "label-free rules read them so; none = the rows as drawn",
         choices=("none", "groups"))
+    # Off in every preset written before it: a trial without it trains on every row.
+    val_frac: float = setting(
+        0.0, "hold out this fraction of the training rows, drawn uniformly (with their "
+             "bias) by the seed, as a validation split: val_acc and val_worst_acc every "
+             "epoch, for the validation selection rules; 0 = none", ge=0, lt=1)
     select_epoch: str = setting(
         "last", "which epoch a trial reports: last, or lowest_mi / lowest_mi_cond "
                 "(label-free stopping rules: mi_eval / mi_eval_cond every epoch, the lowest "

@@ -46,7 +46,7 @@ from typing import Protocol
 
 import torch
 
-from unbiased.data import Benchmark
+from unbiased.data import Benchmark, hold_out
 from unbiased.methods import DEFAULT_METHOD, EpochStats, make_method
 from unbiased.methods.bundle import MIBackpropBundle
 from unbiased.mine import mi_eval
@@ -55,6 +55,7 @@ from unbiased.settings import (
     WARM_FROM,
     TrialSettings,
     flat_config,
+    flat_point,
     trial_rule_problems,
 )
 from unbiased.stopping import (
@@ -246,6 +247,7 @@ class Plan:
     cuda_graphs: bool = False  # the fresh critics' steps replayed as CUDA graphs too
     balanced: bool = False  # mi_eval_weights groups: the fresh estimates group-balanced
     warm_from: str | None = None  # the key of the trial a warm start starts from
+    val_frac: float = 0.0  # the training rows held out as a validation split (0: none)
 
     @classmethod
     def of(cls, config: dict) -> Plan:
@@ -262,7 +264,14 @@ class Plan:
                    balanced=str(config.get("mi_eval_weights", _TRIAL.mi_eval_weights))
                    == "groups",
                    warm_from=None if config.get(WARM_FROM) is None
-                   else str(config[WARM_FROM]))
+                   else str(config[WARM_FROM]),
+                   val_frac=float(config.get("val_frac", _TRIAL.val_frac)))
+
+    def benchmark(self, build: Callable[[dict], Benchmark], config: dict,
+                  device: torch.device) -> Benchmark:
+        """The trial's benchmark on `device`, its validation rows held out."""
+        bench = build(config).to(device)
+        return hold_out(bench, self.val_frac, self.seed) if self.val_frac > 0 else bench
 
     def for_lam(self, lam: float) -> Plan:
         """lam as the method reads it (its Config's default when the trial config has none).
@@ -495,8 +504,8 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSe
         return
     config = {**config, "device": str(device)}  # the build puts its tensors there too
     plan = Plan.of(config)
-    algo = make_method(plan.method, build(config).to(device), config, seed=plan.seed,
-                       device=device)
+    algo = make_method(plan.method, plan.benchmark(build, config, device), config,
+                       seed=plan.seed, device=device)
     plan = plan.for_lam(algo.cfg.lam)
     # A method without an MI estimator of its own reports mi and mi_batch as NaN.
     watched = ("loss_task", "penalty") + (("mi_batch", "mi") if algo.has_mi_estimator else ())
@@ -561,7 +570,7 @@ def member_key(index: int) -> str:
 def member_configs(config: dict) -> list[dict]:
     """Each member's whole config: the shared settings and its own point."""
     shared = {k: v for k, v in config.items() if k != MEMBERS_KEY}
-    return [{**shared, **point} for point in config[MEMBERS_KEY]]
+    return [{**shared, **flat_point(point)} for point in config[MEMBERS_KEY]]
 
 
 def run_bundle(config: dict, build: Callable[[dict], Benchmark], session: TrialSession) -> None:
@@ -571,7 +580,8 @@ def run_bundle(config: dict, build: Callable[[dict], Benchmark], session: TrialS
         return
     configs = [{**c, "device": str(device)} for c in member_configs(config)]
     plans = [Plan.of(c) for c in configs]
-    algos = [make_method(p.method, build(c).to(device), c, seed=p.seed, device=device)
+    algos = [make_method(p.method, p.benchmark(build, c, device), c, seed=p.seed,
+                         device=device)
              for p, c in zip(plans, configs, strict=True)]
     plans = [p.for_lam(a.cfg.lam) for p, a in zip(plans, algos, strict=True)]
     keys = [member_key(i) for i in range(len(algos))]

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     import torch
 
     from unbiased.benchmarks.colored_mnist import GreyDigits
-    from unbiased.data import Benchmark, TensorSplit
+    from unbiased.data import Benchmark, Split, TensorSplit
 
 NUM_CLASSES = 10
 # Background colour of each class, 0-255 RGB (ReBias's COLOUR_MAP).
@@ -123,6 +123,13 @@ def colour_only_accuracy(digits: GreyDigits, rho: float, seed: int) -> float:
     return float(counts.amax(dim=1).sum()) / max(len(idx), 1)
 
 
+def digit_colour_groups(split: Split) -> tuple[torch.Tensor, int]:
+    """Each row's (digit, background colour) group of 100: what worst-group accuracy reads."""
+    from unbiased.data import bias_groups
+
+    return bias_groups(split.y, split.c, NUM_CLASSES, (NUM_CLASSES,))
+
+
 def build(digits: GreyDigits, rho: float, seed: int, z_dim: int = 64,
           device: torch.device | str | None = None, z_relu: bool = False,
           width: int = 64) -> Benchmark:
@@ -143,7 +150,7 @@ def build(digits: GreyDigits, rho: float, seed: int, z_dim: int = 64,
         name="biased_mnist", train=train,
         eval_splits={"test_acc": test, "biased_acc": biased}, num_classes=NUM_CLASSES,
         make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu, width=width), z_dim=z_dim,
-        c_dim=NUM_CLASSES, bias_classes=(NUM_CLASSES,),
+        c_dim=NUM_CLASSES, bias_classes=(NUM_CLASSES,), report_groups=digit_colour_groups,
         info={"source": digits.source, "rho": rho, "n_train": len(train),
               "n_test": len(test)})
 
@@ -191,6 +198,10 @@ PRESETS["groups"] = {**PRESETS["cpu"], **colored_digits.GROUP_ROWS}
 for _name, _values in colored_digits.BALANCED_SCREENS.items():
     PRESETS[_name] = {**PRESETS["cpu"], "rho": [0.997], **_values}
 PRESETS["balanced_rows"]["rho"] = [0.997, 0.999]
+# The field's protocol at rho .997, as digits' `tune` (its groups: y x colour).
+PRESETS["tune"] = {**{k: v for k, v in PRESETS["cpu"].items()
+                      if k not in colored_digits.GRID_ONLY}, "rho": [0.997],
+                   **colored_digits.TUNE}
 
 # ReBias, Table 1, "Unbiased" column: accuracy on the rho = 0.1 test set per training rho
 # (the EnD paper, Tartaglione et al., CVPR 2021, reprints the same numbers). No stds.
@@ -261,5 +272,5 @@ SPEC = BenchmarkSpec(
     presets=PRESETS, data_axes=("rho",), build_keys=("source", "root", "z_relu", "width"),
     load=colored_digits.load, fetch=colored_digits.fetch, describe=describe,
     build=build_trial, table=TABLE,
-    settings=BiasedMnistSettings, columns=("biased_acc",),
+    settings=BiasedMnistSettings, columns=("biased_acc", "biased_worst_acc"),
     summary=("train_acc", "test_acc", "biased_acc"))

@@ -24,6 +24,7 @@ Two sources of grey digits:
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 from dataclasses import dataclass
@@ -348,6 +349,7 @@ def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
         make_features=lambda: LeNetFeatures(z_dim, z_relu=z_relu, width=width), z_dim=z_dim,
         c_dim=C_DIM, bias_classes=(C_BINS,) * 3,
         groups=palette_groups(train, colours) if groups == "palette" else None,
+        report_groups=functools.partial(palette_groups, palette=colours),
         info={"source": digits.source, "sigma": sigma, "palette": palette, "stroke": stroke,
               "groups": groups,
               "n_train": len(train), "n_test": len(test)})

@@ -21,6 +21,7 @@ from unbiased.benchmarks.spec import (
     TableSpec,
     build_device,
 )
+from unbiased.search import ARMS
 from unbiased.settings import setting
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ DIGITS["screen"] = {
 # the rarest groups would outweigh the rest).
 # Group DRO here is this project's first variant (`dro_loss penalty`, uniform batches), as
 # the rows of issue 64 ran it; the published method is `dro_screen` / `balanced_rows`.
-DRO_PENALTY = {"dro_loss": "penalty", "dro_sampler": "uniform"}
+DRO_PENALTY = {"dro_loss": "penalty", "sampler": "uniform"}
 GROUP_LAMS = {"lam": [0.0, 0.3, 1.0, 3.0], "method": ["group_reweight", "group_dro"],
               "method_lam": {"group_reweight": [0.25, 0.5, 1.0]}, **DRO_PENALTY}
 DIGITS["group_screen"] = {**DIGITS["cpu"], "sigma": [0.03], "seeds": [0], **GROUP_LAMS}
@@ -163,6 +164,21 @@ DIGITS["balanced_rows"]["sigma"] = [0.02, 0.03, 0.05]
 # protocol and schedule.
 # 7 x 3 x 5 = 105 trials: ~2.2 h a seed on 2 cores, so it runs in parts, continued with
 # --resume or, on another machine, --done (README, "Reliability").
+# The field's protocol (unbiased/search.py): every arm (ERM, resampling, reweighting, Group
+# DRO, ours three ways, LNTL) the same number of draws from its method's distributions, the
+# cpu schedule, a tenth of the training rows held out for the validation rules, every MI
+# estimate group-balanced (the label-free rule reads the colour z carries alone), palette
+# groups. `tune`: the screen on seed 0; `--seeds 1,2,3 --draw-of ARM=I ...` runs each rule's
+# pick on other seeds; `tune_quick`: the same on the embedded digits, 2 draws, 2 epochs.
+TUNE = {"arms": list(ARMS), "draws": 5, "search_seed": 0, "val_frac": 0.1,
+        "mi_eval_weights": "groups", "seeds": [0]}
+GRID_ONLY = ("method", "lam", "method_lam")  # what a tuning preset draws instead
+DIGITS["tune"] = {**{k: v for k, v in DIGITS["cpu"].items() if k not in GRID_ONLY},
+                  "sigma": [0.03], "groups": "palette", **TUNE}
+DIGITS["tune_quick"] = {**{k: v for k, v in DIGITS["quick"].items() if k not in GRID_ONLY},
+                        "sigma": [0.03], "groups": "palette", **TUNE, "draws": 2,
+                        "epochs": 2}
+
 DIGITS["table1"] = {
     **DIGITS["cpu"], "seeds": [0, 1, 2],
     "method": ["mi_backprop", "confusion", "lntl", "hsic"], "lam": [0.0, 1.0],

@@ -19,8 +19,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from unbiased.data import Benchmark, Split, SplitOutputs, TensorSplit, balanced_weights
+from unbiased.data import (
+    VAL_SPLIT,
+    Benchmark,
+    GroupSampler,
+    Split,
+    SplitOutputs,
+    TensorSplit,
+    balanced_weights,
+    group_accuracies,
+    worst_group_name,
+)
 from unbiased.models import INPUT_NORMS, MODELS, InputNorm, linear_classifier, map_channels
+from unbiased.search import Choice, LogUniform, Space
 from unbiased.settings import setting, setting_problems
 
 # Seed offsets of the streams a trial draws from besides the data order (the trial seed):
@@ -41,6 +52,10 @@ RESEED_EPOCH_STRIDE = 104_729
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
 # The optimiser of g and f and of the bias heads (MINE's critic has `mine_optimizer`).
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
+# How an epoch's training rows are drawn: a shuffle of them all, or group by group
+# (`GroupSampler`: resampling, the group-balanced distribution); "method": the method's own
+# (`ERM.own_sampler`: groups for Group DRO as published, uniform for the others).
+SAMPLERS: tuple[str, ...] = ("method", "uniform", "groups")
 
 
 @dataclass
@@ -84,6 +99,12 @@ class TrainConfig:
     momentum: float = setting(0.9, "with --optimizer sgd: its momentum", ge=0, lt=1)
     weight_decay: float = setting(
         0.0, "L2 weight decay of the optimisers --optimizer names (Kim et al.'s 5e-4)", ge=0)
+    sampler: str = setting(
+        "method", "how an epoch's training rows are drawn: uniform = a shuffle of them all; "
+                  "groups = group by group (every present (y, c) group of the benchmark "
+                  "equally often: resampling, with lam 0 or any method); method = the "
+                  "method's own (groups for group_dro at lam > 0, as published; uniform for "
+                  "the others)", choices=SAMPLERS)
     model: str = setting(
         "benchmark", "g and f: the benchmark's own g with a linear f, or a network of another "
                      "protocol: kim_convnet (Kim et al.'s; z is its 32x14x14 feature map)",
@@ -154,6 +175,11 @@ class ERM:
     name: ClassVar[str] = "erm"
     Config: ClassVar[type[TrainConfig]] = TrainConfig
     has_mi_estimator: ClassVar[bool] = False  # reports `mi` / `mi_batch` of its own
+    own_sampler: ClassVar[str] = "uniform"  # what `sampler` "method" draws at lam > 0
+    # The distributions of a tuning budget (unbiased/search.py): g and f's, which every
+    # method draws; a method adds its own (its lam's scale, its critic's or heads' lr).
+    search: ClassVar[dict[str, Space]] = {
+        "lr": LogUniform(3e-4, 3e-3), "weight_decay": Choice((0.0, 1e-4, 1e-3, 1e-2))}
 
     def __init__(self, bench: Benchmark, cfg: TrainConfig, seed: int,
                  device: torch.device | str = "cpu"):
@@ -196,6 +222,25 @@ class ERM:
         # The training z, y and c of the last evaluate() (mi_eval of the same epoch reuses
         # them instead of a second pass over the set).
         self.last_train: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        # The epoch's rows group by group (`sampler`), drawn from method_gen; None: shuffled
+        # from gen, as every trial before the option.
+        self.batch_sampler: GroupSampler | None = None
+        if self.sampler_name() == "groups":
+            groups, count = bench.train_groups()
+            self.batch_sampler = GroupSampler(groups.to(self.device), count)
+        # Each evaluation split's rows by report group (`Benchmark.report_groups`).
+        self.report_groups: dict[str, tuple[torch.Tensor, int]] = {}
+        if bench.report_groups is not None:
+            for split_name, split in bench.eval_splits.items():
+                rows, count = bench.report_groups(split)
+                self.report_groups[split_name] = (rows.to(self.device), count)
+
+    def sampler_name(self) -> str:
+        """The sampler this trial draws its epochs with: `sampler`, the method's own where it
+        says "method" (at lam 0 every method is ERM, on ERM's shuffles)."""
+        if self.cfg.sampler != "method":
+            return self.cfg.sampler
+        return self.own_sampler if self.cfg.lam > 0 else "uniform"
 
     @contextlib.contextmanager
     def own_init(self) -> Iterator[None]:
@@ -264,8 +309,10 @@ class ERM:
             return self.g(x).float()
 
     def epoch_order(self, n: int) -> torch.Tensor:
-        """The epoch's training rows in the order they are batched: a shuffle of all `n`
-        (a method may draw its own, e.g. group by group)."""
+        """The epoch's training rows in the order they are batched: a shuffle of all `n`, or
+        as many drawn group by group (`sampler`)."""
+        if self.batch_sampler is not None:
+            return self.batch_sampler.epoch(self.cfg.batch_size, self.method_gen)
         return self._permutation(n)
 
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
@@ -370,6 +417,8 @@ class ERM:
             pred_e = logits_e.argmax(1)
             metrics[name] = _acc(pred_e, split.y)
             outs[name] = SplitOutputs(pred_e, split.y, split.c)
+            if name in self.report_groups:
+                metrics.update(worst_group(name, pred_e, split.y, *self.report_groups[name]))
         for fn in self.bench.extra_metrics:
             metrics.update(fn(outs))
         return metrics
@@ -510,6 +559,19 @@ def train_eval_rows(n_train: int, rows: int, seed: int, device: torch.device
         return None
     gen = torch.Generator().manual_seed(seed + EVAL_ROWS_SEED_OFFSET)
     return torch.randperm(n_train, generator=gen)[:rows].sort().values.to(device)
+
+
+def worst_group(split: str, pred: torch.Tensor, y: torch.Tensor, groups: torch.Tensor,
+                count: int) -> dict[str, float]:
+    """The split's worst-group accuracy (over the groups present in it); for the validation
+    split also how many groups are present and the smallest one's rows (a worst group of a
+    few rows is a noisy pick)."""
+    accs, sizes = group_accuracies(pred, y, groups, count)
+    present = sizes > 0
+    out = {worst_group_name(split): float(accs[present].min())}
+    if split == VAL_SPLIT:
+        out.update(val_groups=int(present.sum()), val_min_group=int(sizes[present].min()))
+    return out
 
 
 def _cpu_bytes(state: torch.Tensor) -> torch.Tensor | None:

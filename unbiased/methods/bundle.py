@@ -425,7 +425,7 @@ class MIBackpropBundle:
         for m in self.members:
             for module in m.modules().values():
                 module.train()
-        orders = [m._permutation(len(m.bench.train)) for m in self.members]
+        orders = [m.epoch_order(len(m.bench.train)) for m in self.members]
         self._seed_batched_draws()
         self.guarded.zero_()
         self.theta_steps = 0

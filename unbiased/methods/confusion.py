@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from unbiased.data import Split
 from unbiased.methods.grad_reversal import BiasHeadConfig, HeadMethod
+from unbiased.search import LogUniform
 
 
 def confusion_loss(logits: list[torch.Tensor]) -> torch.Tensor:
@@ -26,6 +27,7 @@ class Confusion(HeadMethod):
     """penalty: the confusion loss of step (2) (its minimum, log #classes, = fully confused)."""
 
     name = "confusion"
+    search = {"lam": LogUniform(0.1, 10.0)}
     Config = BiasHeadConfig
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,

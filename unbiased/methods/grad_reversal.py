@@ -19,6 +19,7 @@ from torch import nn
 
 from unbiased.data import Benchmark, Split, bias_targets
 from unbiased.methods.base import ERM, BiasHead, TrainConfig, bias_cross_entropy
+from unbiased.search import LogUniform
 from unbiased.settings import setting
 
 
@@ -93,6 +94,7 @@ class GradReversal(HeadMethod):
     """penalty: the head's bias cross-entropy (higher = z tells less about c)."""
 
     name = "grad_reversal"
+    search = {"lam": LogUniform(0.1, 10.0)}
     Config = BiasHeadConfig
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,

@@ -12,12 +12,13 @@ sum_g q_g l_g (q moves first, as in their loss.py; C is their generalisation adj
 alone. lam > 0 switches it on; its value is not used (Adam's step does not depend on the
 loss's scale), so a sweep runs group_dro at one lam > 0 and varies eta (`--dro-step`), C and
 `--weight-decay` (Sagawa et al.'s central finding: Group DRO needs strong L2 or early
-stopping). `--dro-sampler balanced` (the default): each step's rows are drawn group by group,
-the present groups in a fresh random order, cycled, a row uniform within its group, so every
+stopping). Its batches (`--sampler method`, the default) are drawn group by group: the
+present groups in a fresh random order, cycled, a row uniform within its group, so every
 group is in every step when the batch is at least the number of groups (DomainBed's
-per-group mini-batches; Sagawa et al.'s runs sample groups uniformly too). `--dro-loss
-penalty` is this project's earlier variant: L_task + lam sum_g q_g l_g on uniformly shuffled
-batches (bench/results: the rows of issue 64).
+per-group mini-batches; Sagawa et al.'s runs sample groups uniformly too); `--sampler
+uniform` gives it ERM's shuffles. `--dro-loss penalty` is this project's earlier variant:
+L_task + lam sum_g q_g l_g on uniformly shuffled batches (bench/results: the first group
+rows).
 
 lam 0 is ERM's own step on ERM's batches (q stays uniform). Each epoch reports the largest
 q (`dro_q_max`) and q's entropy in nats (`dro_q_entropy`; log of the present groups when
@@ -31,13 +32,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from unbiased.data import Benchmark, GroupSampler, Split
+from unbiased.data import Benchmark, Split
 from unbiased.methods.base import TrainConfig
 from unbiased.methods.group_reweight import GroupMethod
+from unbiased.search import LogUniform
 from unbiased.settings import setting
 
 DRO_LOSSES: tuple[str, ...] = ("robust", "penalty")
-DRO_SAMPLERS: tuple[str, ...] = ("balanced", "uniform")
 
 
 @dataclass
@@ -52,10 +53,6 @@ class GroupDROConfig(TrainConfig):
     dro_adjustment: float = setting(
         0.0, "group_dro: Sagawa et al.'s generalisation adjustment C: q moves by l_g + "
              "C / sqrt(n_g), n_g the group's training rows", ge=0)
-    dro_sampler: str = setting(
-        "balanced", "group_dro: balanced = every step's rows drawn group by group (every "
-                    "present group in each step when the batch allows); uniform = ERM's "
-                    "shuffled batches", choices=DRO_SAMPLERS)
 
 
 def robust_loss(q: torch.Tensor, losses: torch.Tensor, groups: torch.Tensor,
@@ -76,7 +73,9 @@ class GroupDRO(GroupMethod):
     """penalty: the robust loss sum_g q_g l_g of the batch."""
 
     name = "group_dro"
+    search = {"dro_step": LogUniform(1e-3, 1e-1)}  # lam only switches it on
     Config = GroupDROConfig
+    own_sampler = "groups"
     cfg: GroupDROConfig
 
     def __init__(self, bench: Benchmark, cfg: GroupDROConfig, seed: int,
@@ -84,15 +83,9 @@ class GroupDRO(GroupMethod):
         super().__init__(bench, cfg, seed, device)
         present = (self.group_sizes > 0).float()
         self.q = present / present.sum()
-        self.sampler = GroupSampler(self.group_of_row, len(self.group_sizes))
         self.adjustment = None
         if cfg.dro_adjustment > 0:
             self.adjustment = cfg.dro_adjustment / self.group_sizes.clamp_min(1).float().sqrt()
-
-    def epoch_order(self, n: int) -> torch.Tensor:
-        if self.cfg.lam == 0 or self.cfg.dro_sampler == "uniform":
-            return super().epoch_order(n)
-        return self.sampler.epoch(self.cfg.batch_size, self.method_gen)
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from unbiased.data import Benchmark, Split
 from unbiased.methods.base import ERM, TrainConfig
+from unbiased.search import LogUniform
 
 
 class GroupMethod(ERM):
@@ -56,6 +57,8 @@ class GroupReweight(GroupMethod):
     """penalty: the weighted mean loss g and f step on (the plain mean is `loss_task`)."""
 
     name = "group_reweight"
+    # lam 1: every present group the same weight; above it the rarest rows outweigh the rest
+    search = {"lam": LogUniform(0.25, 1.0)}
     Config = TrainConfig
 
     def __init__(self, bench: Benchmark, cfg: TrainConfig, seed: int,

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from unbiased.data import Split
 from unbiased.methods.base import ERM, TrainConfig
+from unbiased.search import LogUniform
 from unbiased.settings import setting
 
 
@@ -57,6 +58,7 @@ class HSIC(ERM):
     """penalty: the batch HSIC(z, c)."""
 
     name = "hsic"
+    search = {"lam": LogUniform(0.1, 10.0)}
     Config = HSICConfig
     cfg: HSICConfig
 

@@ -49,6 +49,7 @@ from unbiased.data import Benchmark, Split, bias_targets
 from unbiased.methods.base import ERM, BiasHead
 from unbiased.methods.grad_reversal import BiasHeadConfig, reverse_gradient
 from unbiased.models import map_channels, uint8_levels
+from unbiased.search import LogUniform
 from unbiased.settings import setting
 
 # Kim et al.'s reversal scale (trainer.py's GradReverse); their entropy weight, 0.01, is our
@@ -128,6 +129,7 @@ class LNTL(ERM):
     less; -log 8 = -2.079 on Colored MNIST is a uniform prediction)."""
 
     name = "lntl"
+    search = {"lam": LogUniform(1e-3, 1.0)}  # the entropy term's scale: Kim et al.'s 0.01
     Config = LNTLConfig
     cfg: LNTLConfig
 

@@ -22,6 +22,7 @@ from unbiased.data import Benchmark, GroupSampler, Split, balanced_weights
 from unbiased.graphs import GraphedStep, graph_obstacles
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 from unbiased.mine import MINE, estimate_mi, permutation
+from unbiased.search import LogUniform
 from unbiased.settings import setting
 
 INNER_Z_MODES: tuple[str, ...] = ("fresh", "batch", "bank", "first_k")
@@ -140,6 +141,7 @@ class MIBackprop(ERM):
     exactly."""
 
     name = "mi_backprop"
+    search = {"lam": LogUniform(0.1, 10.0), "mine_lr": LogUniform(3e-4, 3e-3)}
     Config = MIBackpropConfig
     has_mi_estimator = True
     cfg: MIBackpropConfig

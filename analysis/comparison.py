@@ -1,0 +1,396 @@
+"""The comparison of a tuning sweep (unbiased/search.py's arms, sweeps/tuning.py's draws): the
+same selection rules for every arm, each labelled with what it reads.
+
+A rule does two things with the rows of one arm on the screening seeds: in each trial it
+picks an epoch (where it does: the validation rules and the oracle read every epoch; the
+paper's lowest-MI rule reads the epoch the trial's own label-free stopping rule reported),
+then among the arm's draws it picks one. The arm's row under the rule is that draw on the
+other seeds (the rows: the screen's seed is not among them), each trial at the epoch the rule
+picks in it. The rules:
+
+- `lowest_mi`: the paper's, label-free. Among draws whose reported epoch fits the training
+  data (train accuracy within `tolerance` of the arm's best) and whose fresh MI estimate did
+  not fail, the lowest `mi_eval`.
+- `val_acc`: the field's training-domain validation (DomainBed): the highest accuracy on the
+  held-out training rows (`val_acc`), which carry the training set's bias.
+- `val_worst`: the highest worst-group accuracy on those rows (`val_worst_acc`; Sagawa et
+  al.'s, SubpopBench's), ties to `val_acc`. It reads the bias label of validation rows.
+- `oracle`: the highest test accuracy. It peeks at test labels: an upper bound, never a
+  method's result.
+
+Everything here reads result rows (results.parquet or exported CSVs): no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.results import excluded_mask
+
+# The columns each cell reports, where the rows have them (Biased MNIST adds biased_acc).
+REPORTED = ("test_acc", "test_worst_acc", "biased_acc")
+DATA_AXES = ("sigma", "rho")  # the group benchmarks' data axes
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A selection rule: `epoch_metric` chosen per trial (None: the trial's reported epoch),
+    `draw_metric` compared across draws (higher is better unless `lowest`)."""
+
+    key: str
+    name: str
+    reads: str
+    epoch_metric: str | None
+    draw_metric: str
+    lowest: bool = False
+    tie: str | None = None  # the column that breaks a tie of epoch_metric
+
+    def epoch_row(self, trial: pd.DataFrame) -> pd.Series | None:
+        """The row of one trial this rule reads (None: the trial lacks the rule's column)."""
+        if self.epoch_metric is None:  # results.parquet marks it; an exported CSV names it
+            if "selected" in trial.columns:
+                chosen = trial[trial["selected"].astype(bool)]
+            else:
+                chosen = trial[trial["epoch"] == trial["selected_epoch"].max()]
+            return chosen.iloc[-1] if len(chosen) else trial.iloc[-1]
+        if self.epoch_metric not in trial.columns or trial[self.epoch_metric].isna().all():
+            return None
+        order = [self.epoch_metric] + ([self.tie] if self.tie in trial.columns else [])
+        ranked = trial.sort_values([*order, "epoch"], ascending=[False] * len(order) + [True],
+                                   kind="stable")
+        return ranked.iloc[0]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("lowest_mi", "lowest MI (the paper's, label-free)",
+         "training rows: fit and a fresh estimate of I(z; c); the trial's own stopping rule "
+         "picks the epoch", None, "mi_eval", lowest=True),
+    Rule("val_acc", "validation accuracy",
+         "held-out training rows (same bias): accuracy, per epoch", "val_acc", "val_acc"),
+    Rule("val_worst", "validation worst-group accuracy",
+         "held-out training rows with their groups: the worst group's accuracy, per epoch",
+         "val_worst_acc", "val_worst_acc", tie="val_acc"),
+    Rule("oracle", "oracle (peeks at test labels)",
+         "test labels: accuracy, per epoch; an upper bound, not a result", "test_acc",
+         "test_acc"),
+)
+
+
+class ComparisonError(ValueError):
+    """The rows are not a tuning sweep's (no arm or draw column)."""
+
+
+def load_rows(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """Per-epoch rows from results directories (results.parquet) or exported CSVs, in one
+    frame; a row seen twice (the same trial and epoch) is kept once."""
+    frames = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            frames.append(pd.read_parquet(path / "results.parquet"))
+        else:
+            frames.append(pd.read_csv(path))
+    df = pd.concat(frames, ignore_index=True)
+    missing = [c for c in ("arm", "draw", "seed", "epoch") if c not in df.columns]
+    if missing:
+        raise ComparisonError(f"no column {', '.join(missing)}: not a tuning sweep's rows "
+                              f"(the `tune` presets, --arms)")
+    df = df[df["arm"].notna()].copy()
+    df["draw"] = df["draw"].astype(int)
+    df["seed"] = df["seed"].astype(int)
+    keys = [c for c in ("benchmark", *DATA_AXES, "arm", "draw", "seed", "epoch")
+            if c in df.columns]
+    return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
+
+
+def _point_keys(df: pd.DataFrame) -> list[str]:
+    return [c for c in ("benchmark", *DATA_AXES) if c in df.columns and df[c].notna().any()]
+
+
+def _trials(df: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    keys = [*_point_keys(df), "arm", "draw", "seed"]
+    return [(k if isinstance(k, tuple) else (k,), g.sort_values("epoch"))
+            for k, g in df.groupby(keys, sort=True, dropna=False)]
+
+
+def _kept(trial: pd.DataFrame) -> bool:
+    """A trial that ran to its end and was not excluded (diverged, failed)."""
+    last = trial.iloc[[-1]]
+    if "epochs" in trial.columns and int(last["epoch"].iloc[0]) < int(last["epochs"].iloc[0]):
+        return False
+    return not bool(excluded_mask(last).iloc[0])
+
+
+def picked_rows(df: pd.DataFrame, rule: Rule) -> pd.DataFrame:
+    """Each finished, kept trial's row at the epoch `rule` picks in it (a trial without the
+    rule's column is left out)."""
+    rows = []
+    for _, trial in _trials(df):
+        if not _kept(trial):
+            continue
+        row = rule.epoch_row(trial)
+        if row is not None:
+            rows.append(row)
+    return pd.DataFrame(rows).reset_index(drop=True)
+
+
+def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, str] | None:
+    """The draw `rule` picks among one arm's screen rows (the mean over screen seeds per
+    draw), with the reason; None when no draw can be chosen."""
+    if rule.draw_metric not in rows.columns or rows.empty:
+        return None
+    per_draw = rows.groupby("draw").agg(value=(rule.draw_metric, "mean"),
+                                        train_acc=("train_acc", "mean"))
+    per_draw = per_draw[per_draw["value"].notna()]
+    if rule.key == "lowest_mi":
+        failed = rows.groupby("draw").apply(_mi_failed, include_groups=False)
+        per_draw = per_draw[~failed.reindex(per_draw.index, fill_value=False)]
+        best_fit = per_draw["train_acc"].max()
+        per_draw = per_draw[per_draw["train_acc"] >= best_fit - tolerance - 1e-12]
+    if per_draw.empty:
+        return None
+    value = per_draw["value"].min() if rule.lowest else per_draw["value"].max()
+    draw = int(per_draw.index[np.isclose(per_draw["value"], value, rtol=0, atol=1e-12)][0])
+    word = "lowest" if rule.lowest else "highest"
+    reason = f"{word} {rule.draw_metric} {value:.4f} of {len(per_draw)} draws"
+    if rule.key == "lowest_mi":
+        reason += f" fitting within {tolerance:g} of the best train acc {best_fit:.3f}"
+    return draw, reason
+
+
+def _mi_failed(rows: pd.DataFrame) -> bool:
+    from analysis.results import estimator_failed
+
+    return bool(estimator_failed(rows).any())
+
+
+@dataclass(frozen=True)
+class Cell:
+    rule: str
+    arm: str
+    draw: int | None
+    reason: str
+    screen: dict[str, float]
+    rows: dict[str, tuple[float, float, int]]  # metric -> (mean, std, seeds)
+
+
+def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: float = 0.05,
+            rules: Sequence[Rule] = RULES) -> pd.DataFrame:
+    """One row per (data point, rule, arm): the draw the rule picks on the screen seeds, its
+    settings, its screen values, and on every other seed its trials' means, stds and count
+    at the rule's epochs."""
+    screen_seeds = {int(s) for s in screen_seeds}
+    points = _point_keys(df)
+    out = []
+    for rule in rules:
+        picked = picked_rows(df, rule)
+        if picked.empty:
+            continue
+        for key, group in picked.groupby([*points, "arm"], sort=False, dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            base = dict(zip([*points, "arm"], key, strict=True))
+            screen = group[group["seed"].isin(screen_seeds)]
+            choice = choose_draw(screen, rule, tolerance)
+            row = {**base, "rule": rule.key, "rule_name": rule.name, "reads": rule.reads,
+                   "draw": math.nan, "reason": "no draw to choose from on the screen seeds",
+                   "settings": ""}
+            if choice is not None:
+                draw, reason = choice
+                chosen = group[group["draw"] == draw]
+                on_screen = chosen[chosen["seed"].isin(screen_seeds)]
+                on_rows = chosen[~chosen["seed"].isin(screen_seeds)]
+                row.update(draw=draw, reason=reason,
+                           settings=_settings(screen, draw),
+                           row_seeds=",".join(str(s) for s in sorted(on_rows["seed"])))
+                for metric in REPORTED:
+                    if metric not in chosen.columns:
+                        continue
+                    row[f"screen_{metric}"] = float(on_screen[metric].mean())
+                    values = on_rows[metric].dropna()
+                    row[f"{metric}_mean"] = float(values.mean()) if len(values) else math.nan
+                    row[f"{metric}_std"] = (float(values.std(ddof=1)) if len(values) > 1
+                                            else math.nan)
+                    row["n_rows"] = len(values)
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+# Config keys that differ between trials for other reasons than the draw.
+_NOT_DRAWN = frozenset({"seed", "arm", "draw", "num_threads", "point"})
+
+
+def _settings(rows: pd.DataFrame, draw: int) -> str:
+    """The settings `draw` ran with among those the arm's draws vary (its drawn ones, read
+    from the trials' config JSON): `lam 0.43, lr 0.00105, weight_decay 0.01`."""
+    if "config" not in rows.columns or rows.empty:
+        return ""
+    configs = {int(d): json.loads(c) for d, c in zip(rows["draw"], rows["config"], strict=True)}
+    mine = configs.get(draw, {})
+    varying = sorted(k for k in mine if k not in _NOT_DRAWN
+                     and len({json.dumps(c.get(k)) for c in configs.values()}) > 1)
+    return ", ".join(f"{k} {mine[k]:g}" if isinstance(mine[k], int | float)
+                     else f"{k} {mine[k]}" for k in varying)
+
+
+def _cell(row: pd.Series, metric: str) -> str:
+    mean, std, n = row.get(f"{metric}_mean"), row.get(f"{metric}_std"), row.get("n_rows")
+    if mean is None or not np.isfinite(mean):
+        return "not run"
+    text = f"{mean:.3f}"
+    if std is not None and np.isfinite(std):
+        text += f" ± {std:.3f}"
+    return text + (f" ({int(n)})" if n else "")
+
+
+def comparison_markdown(table: pd.DataFrame, labels: dict[str, str] | None = None,
+                        command: str = "", row_seeds: str = "1,2,3") -> str:
+    """One block per data point and rule: a row per arm with the draw it picks, the draw's
+    settings, its screen value and its rows' mean ± std (seeds) of each reported metric.
+    Where picks' rows have not run, the command that runs them closes the data point."""
+    labels = labels or {}
+    points = [c for c in ("benchmark", *DATA_AXES) if c in table.columns]
+    metrics = [m for m in REPORTED if f"{m}_mean" in table.columns]
+    lines = ["# The comparison: every arm, the same draws, the same rules", "",
+             "Each rule picks an arm's draw on the screen seed; the arm's row is that draw "
+             "on the other seeds, mean ± std (seeds), each trial at the epoch the rule picks "
+             "in it. `screen`: the pick's value on the screen seed, which chose it."]
+    for key, block in table.groupby(points, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        where = ", ".join(f"{k} {v}" for k, v in zip(points, key, strict=True))
+        missing: dict[str, set[int]] = {}
+        for _, rows in block.groupby("rule", sort=False):
+            first = rows.iloc[0]
+            lines += ["", f"## {where}: {first['rule_name']}", "",
+                      f"Reads: {first['reads']}.", ""]
+            head = ["arm", "draw", "settings", *[f"screen {m}" for m in metrics],
+                    *[f"{m} (rows)" for m in metrics]]
+            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for _, row in rows.iterrows():
+                drawn = np.isfinite(row["draw"])
+                screen = [f"{row[f'screen_{m}']:.3f}" if np.isfinite(
+                    row.get(f"screen_{m}", math.nan)) else "-" for m in metrics]
+                cells = [_cell(row, m) for m in metrics]
+                lines.append("| " + " | ".join([
+                    labels.get(row["arm"], row["arm"]),
+                    str(int(row["draw"])) if drawn else "-", row["settings"] or "-",
+                    *screen, *cells]) + " |")
+                if drawn and "not run" in cells:
+                    missing.setdefault(row["arm"], set()).add(int(row["draw"]))
+        if missing:
+            flags = " ".join(f"--draw-of {arm}={','.join(map(str, sorted(draws)))}"
+                             for arm, draws in missing.items())
+            lines += ["", f"Rows not run yet at {where}: `{command} --seeds {row_seeds} "
+                          f"--arms {','.join(missing)} {flags}`".replace("  ", " ")]
+    return "\n".join(lines) + "\n"
+
+
+def rows_flags(table: pd.DataFrame) -> str:
+    """The flags that run every rule's pick of every arm (`--arms A,B --draw-of A=I,J ...`)."""
+    picks: dict[str, set[int]] = {}
+    for arm, draw in zip(table["arm"], table["draw"], strict=True):
+        if np.isfinite(draw):
+            picks.setdefault(str(arm), set()).add(int(draw))
+    return " ".join([f"--arms {','.join(picks)}", *(
+        f"--draw-of {arm}={','.join(map(str, sorted(draws)))}" for arm, draws in picks.items())])
+
+
+def arm_labels() -> dict[str, str]:
+    from unbiased.search import ARMS
+
+    return {name: arm.label for name, arm in ARMS.items()}
+
+
+def write_comparison(df: pd.DataFrame, out: Path, screen_seeds: Sequence[int] = (0,),
+                     tolerance: float = 0.05, command: str = "") -> list[Path]:
+    """OUT/comparison.md and comparison.parquet of a tuning sweep's rows (atomically)."""
+    from analysis.io import atomic_write_parquet, atomic_write_text
+
+    rows = df[df["arm"].notna()].copy()
+    rows["draw"] = rows["draw"].astype(int)
+    table = compare(rows, screen_seeds, tolerance)
+    if table.empty:
+        return []
+    if not command:
+        command = _sweep_command(out)
+    text = comparison_markdown(table, arm_labels(), command,
+                               _row_seeds(rows, screen_seeds))
+    return [atomic_write_text(out / "comparison.md", text),
+            atomic_write_parquet(table, out / "comparison.parquet")]
+
+
+def _sweep_command(out: Path) -> str:
+    """The sweep's command from OUT/experiment.json, without the flags the rows replace."""
+    try:
+        words = json.loads((out / "experiment.json").read_text()).get("command", "").split()
+    except (OSError, ValueError, AttributeError):
+        return ""
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in ("--seeds", "--draw-of", "--arms", "--out"):
+            skip = True
+            continue
+        if word not in ("--resume", "--overwrite"):
+            kept.append(word)
+    if kept and kept[0].endswith("sweeps/__main__.py"):
+        kept[0] = "-m sweeps"
+    return " ".join(["python", *kept, "--out", f"{out}_rows"]) if kept else ""
+
+
+def _row_seeds(rows: pd.DataFrame, screen_seeds: Sequence[int]) -> str:
+    others = sorted(set(rows["seed"]) - set(screen_seeds))
+    top = max([*screen_seeds, *others])
+    seeds = others or list(range(top + 1, top + 4))
+    return ",".join(map(str, seeds))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.comparison",
+        description="The comparison of a tuning sweep's screen and rows (results directories "
+                    "or exported CSVs, in any number): each rule's pick per arm on the "
+                    "screen seeds, and its rows on the others.")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="DIR_OR_CSV")
+    parser.add_argument("--screen-seeds", default="0",
+                        help="the seeds the rules pick on, comma-separated (default 0)")
+    parser.add_argument("--tolerance", type=float, default=0.05,
+                        help="train-accuracy tolerance of the lowest-MI rule (default 0.05)")
+    parser.add_argument("--command", default="",
+                        help="the sweep command the 'rows not run' lines start with")
+    parser.add_argument("--out", type=Path,
+                        help="directory for comparison.md and comparison.parquet")
+    parser.add_argument("--rows-flags", action="store_true",
+                        help="print only the sweep flags that run every pick's rows "
+                             "(--arms, --draw-of) and write nothing")
+    args = parser.parse_args(argv)
+    if args.out is None and not args.rows_flags:
+        parser.error("the following arguments are required: --out (or --rows-flags)")
+    try:
+        screen = [int(s) for s in args.screen_seeds.split(",")]
+        rows = load_rows(args.paths)
+        if args.rows_flags:
+            print(rows_flags(compare(rows, screen, args.tolerance)))
+            return 0
+        written = write_comparison(rows, args.out, screen, args.tolerance, args.command)
+    except (ComparisonError, OSError, ValueError) as exc:
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+              file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
