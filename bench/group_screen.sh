@@ -20,14 +20,8 @@ python=${PYTHON:-python}
 etas=${DRO_ETAS:-0.01 0.1}
 decays=${DRO_DECAYS:-0 0.01}
 
-sweep() {  # OUT_DIR ARGS...: run, continue, or skip a finished sweep
-  local dir=$1; shift
-  if [ -f "$dir/results.parquet" ]; then echo "== $dir: done"; return; fi
-  local again=()
-  [ -d "$dir" ] && again=(--resume)
-  echo "== $dir: $*"
-  "$python" -m sweeps "$@" --root "$root" --out "$dir" "${again[@]}"
-}
+# shellcheck source=bench/sweep_step.sh
+. "$(dirname "$0")/sweep_step.sh"  # sweep OUT_DIR ARGS...
 
 parts=${PARTS:-dro balanced}  # which screens, in this order
 for part in $parts; do

@@ -12,14 +12,8 @@ out=${2:?usage: bench/tune_protocol.sh MNIST_ROOT OUT [screen|rows|compare]}
 part=${3:-screen}
 python=${PYTHON:-python}
 
-sweep() {  # OUT_DIR ARGS...: run, continue, or skip a finished sweep
-  local dir=$1; shift
-  if [ -f "$dir/results.parquet" ]; then echo "== $dir: done"; return; fi
-  local again=()
-  [ -d "$dir/tune" ] && again=(--resume)
-  echo "== $dir: $*"
-  "$python" -m sweeps "$@" --root "$root" --out "$dir" "${again[@]}"
-}
+# shellcheck source=bench/sweep_step.sh
+. "$(dirname "$0")/sweep_step.sh"  # sweep OUT_DIR ARGS...
 
 for bench in ${BENCHES:-biased_mnist digits}; do
   case "$part" in

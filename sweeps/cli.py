@@ -81,15 +81,21 @@ NONNEG_INT = _one(int, bounds(ge=0))
 TRACKER_NAMES = ("mlflow", "wandb")  # sweeps/trackers: TRACKERS has one entry each
 
 
-def method_lams(text: str) -> tuple[str, list[float]]:
-    """METHOD=L1,L2 (--lam-of): the lambdas of one method."""
-    name, sep, lams = text.partition("=")
+def _named_list(text: str, what: str, known: Callable[[str], str | None],
+                items: Callable[[str], list]) -> tuple[str, list]:
+    """NAME=V1,V2: a name `known` accepts and its values, each read by `items`."""
+    name, sep, values = text.partition("=")
     if not sep:
-        raise argparse.ArgumentTypeError(f"expected METHOD=LAM[,LAM...], got {text!r}")
-    problem = _known_method(name.strip())
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    problem = known(name.strip())
     if problem:
         raise argparse.ArgumentTypeError(f"{name.strip()}: {problem}")
-    return name.strip(), LAM_LIST(lams)
+    return name.strip(), items(values)
+
+
+def method_lams(text: str) -> tuple[str, list[float]]:
+    """METHOD=L1,L2 (--lam-of): the lambdas of one method."""
+    return _named_list(text, "METHOD=LAM[,LAM...]", _known_method, LAM_LIST)
 
 
 def _known_arm(name: str) -> str | None:
@@ -103,13 +109,7 @@ ARM_LIST = _list_of(str, _known_arm)
 
 def arm_draws(text: str) -> tuple[str, list[int]]:
     """ARM=I,J (--draw-of): the draw indices of one arm to run."""
-    name, sep, draws = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"expected ARM=DRAW[,DRAW...], got {text!r}")
-    problem = _known_arm(name.strip())
-    if problem:
-        raise argparse.ArgumentTypeError(f"{name.strip()}: {problem}")
-    return name.strip(), SEED_LIST(draws)
+    return _named_list(text, "ARM=DRAW[,DRAW...]", _known_arm, SEED_LIST)
 
 
 def _arm_names() -> list[str]:

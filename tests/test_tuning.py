@@ -78,3 +78,43 @@ def test_a_drawn_setting_reaches_the_trials_config_over_the_presets_value():
     assert config["sampler"] == "groups" and config["val_frac"] == 0.1
     assert not math.isnan(config["dro_step"])
     spec.validate(values)  # every draw is a valid config of its method
+
+
+def test_a_dry_run_lists_every_draw_with_its_settings():
+    from drivers import run_sweep
+
+    ran = run_sweep("biased_mnist", "--preset", "tune", "--root", ".", "--dry-run",
+                    "--arms", "erm,group_dro", "--draw-of", "group_dro=1,3")
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert "7 trials" in lines[0]
+    header = lines[1].split()
+    assert {"arm", "draw", "dro_step", "lr", "weight_decay", "sampler"} <= set(header)
+    assert [line.split()[header.index("draw")] for line in lines[2:9]] == [
+        "0", "1", "2", "3", "4", "1", "3"]
+    shared = lines[-1]
+    assert shared.startswith("shared: ") and " lr=" not in shared  # drawn, not shared
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--draw-of", "group_dro=2"], "argument --draw-of: group_dro=2: draws are numbered 0..1 "
+                                   "(--draws 2)"),
+    (["--arms", "erm", "--draw-of", "lntl=0"], "argument --draw-of: lntl is not in this "
+                                               "sweep's --arms (erm)"),
+    (["--arms", "erm,nope"], "argument --arms: nope: unknown arm; choose from erm, "),
+])
+def test_a_bad_draw_or_arm_is_one_line_before_anything_starts(argv, line):
+    from drivers import run_sweep
+
+    ran = run_sweep("digits", "--preset", "tune_quick", "--dry-run", *argv)
+    assert ran.returncode == 2
+    assert line in ran.stderr.strip().splitlines()[-1], ran.stderr
+
+
+def test_draws_outside_a_tuning_sweep_are_refused():
+    from drivers import run_sweep
+
+    ran = run_sweep("digits", "--preset", "quick", "--draws", "3", "--dry-run")
+    assert ran.returncode == 2
+    assert ran.stderr.strip().splitlines()[-1].endswith(
+        "argument --draws: only a tuning sweep (--arms, the `tune` presets) draws its points")
