@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from unbiased.benchmarks.colored_mnist import palette_groups
-from unbiased.data import Benchmark, TensorSplit, balanced_weights
+from unbiased.data import Benchmark, TensorSplit, balanced_weights, capped_group_rows
 from unbiased.methods import make_method
 from unbiased.mine import MINE, dv_bound, estimate_mi, mi_eval
 from unbiased.models import MLPFeatures
@@ -190,6 +190,37 @@ def test_the_balanced_mi_eval_reads_every_training_row_with_its_weight():
     assert float(w[:90].sum()) == pytest.approx(float(w[180:190].sum()))
     z, _, _, w = mi_eval_set(algo, Plan.of({"epochs": 1, "seed": 0}))
     assert len(z) == 20 and w is None
+
+
+def test_capped_group_rows_keep_every_row_of_a_small_group_and_a_seeded_draw_of_a_large_one():
+    *_, groups = _rows("c")  # group sizes 900, 900, 100, 100
+    rows = capped_group_rows(groups, 150, seed=0)
+    assert torch.bincount(groups[rows]).tolist() == [150, 100, 100, 150]
+    assert bool((rows[1:] > rows[:-1]).all())  # ascending, no row twice
+    small = torch.nonzero(groups == 1).flatten()
+    assert set(small.tolist()) <= set(rows.tolist())
+    assert torch.equal(rows, capped_group_rows(groups, 150, seed=0))
+    assert not torch.equal(rows, capped_group_rows(groups, 150, seed=1))
+    assert torch.equal(capped_group_rows(groups, 900, seed=5), torch.arange(len(groups)))
+    with pytest.raises(ValueError, match="at least 1"):
+        capped_group_rows(groups, 0, seed=0)
+
+
+def test_a_capped_balanced_estimate_reads_the_capped_rows_each_group_weighing_the_same():
+    bench = _bench()  # group sizes 90, 90, 10, 10
+    algo = make_method("mi_backprop", bench, {"lam": 0.0}, seed=0)
+    capped = Plan.of({"epochs": 1, "seed": 0, "mi_eval_weights": "groups",
+                      "mi_eval_group_rows": 30})
+    z, y, c, w = mi_eval_set(algo, capped)
+    assert len(z) == len(y) == len(c) == len(w) == 80
+    groups = y * 2 + c.argmax(1)
+    totals = [float(w[groups == g].sum()) for g in range(4)]
+    assert totals == pytest.approx([20.0] * 4)
+    whole = mi_eval_set(algo, Plan.of({"epochs": 1, "seed": 0, "mi_eval_weights": "groups"}))
+    wide = mi_eval_set(algo, Plan.of({"epochs": 1, "seed": 0, "mi_eval_weights": "groups",
+                                      "mi_eval_group_rows": 90}))
+    for every, at_cap in zip(whole, wide, strict=True):
+        assert torch.equal(every, at_cap)
 
 
 def test_colored_mnist_offers_palette_groups_to_the_group_methods():

@@ -277,6 +277,30 @@ def group_accuracies(pred: torch.Tensor, y: torch.Tensor, groups: torch.Tensor, 
     return right / sizes, sizes
 
 
+# The rows a capped group-balanced estimate reads are drawn by a generator seeded from the
+# trial's seed plus this: the same rows at every epoch, for every method of a seed.
+GROUP_ROWS_SEED_OFFSET = 5_000_011
+
+
+def capped_group_rows(groups: torch.Tensor, cap: int, seed: int) -> torch.Tensor:
+    """Row indices (ascending) of at most `cap` rows of each group, drawn uniformly without
+    replacement by `seed`: every row of a group of `cap` rows or fewer. Under group-balanced
+    weights each group weighs the same whatever its size, so the capped rows are a sample of
+    the same distribution; where the bias is strong most rows sit in a few large groups and
+    the cap reads a tenth of them."""
+    if cap < 1:
+        raise ValueError(f"the rows kept of each group must be at least 1, got {cap}")
+    gen = torch.Generator().manual_seed(seed + GROUP_ROWS_SEED_OFFSET)
+    order = torch.randperm(len(groups), generator=gen).to(groups.device)
+    # Stable sort by group of a random order: each group's rows in random order, then the
+    # rank of each row within its group.
+    by_group = order[torch.sort(groups[order], stable=True).indices]
+    sorted_groups = groups[by_group]
+    starts = torch.searchsorted(sorted_groups, sorted_groups, right=False)
+    rank = torch.arange(len(groups), device=groups.device) - starts
+    return by_group[rank < cap].sort().values
+
+
 def balanced_weights(groups: torch.Tensor, count: int) -> torch.Tensor:
     """Per-row weights under which every group present among `groups` weighs the same:
     w_i = N / (G n_g(i)), G the present groups (mean 1 over the rows). Weighted by them, the

@@ -248,6 +248,7 @@ class Plan:
     balanced: bool = False  # mi_eval_weights groups: the fresh estimates group-balanced
     warm_from: str | None = None  # the key of the trial a warm start starts from
     val_frac: float = 0.0  # the training rows held out as a validation split (0: none)
+    group_rows: int = 0  # the balanced estimates' rows of each group (0: every row)
 
     @classmethod
     def of(cls, config: dict) -> Plan:
@@ -265,7 +266,9 @@ class Plan:
                    == "groups",
                    warm_from=None if config.get(WARM_FROM) is None
                    else str(config[WARM_FROM]),
-                   val_frac=float(config.get("val_frac", _TRIAL.val_frac)))
+                   val_frac=float(config.get("val_frac", _TRIAL.val_frac)),
+                   group_rows=int(config.get("mi_eval_group_rows",
+                                             _TRIAL.mi_eval_group_rows)))
 
     def benchmark(self, build: Callable[[dict], Benchmark], config: dict,
                   device: torch.device) -> Benchmark:
@@ -385,7 +388,7 @@ def mi_eval_set(algo, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     `train_eval_rows` unweighted, or under `mi_eval_weights groups` every training row with
     its group-balanced weight."""
     if plan.balanced:
-        return algo.balanced_train_set()
+        return algo.balanced_train_set(plan.group_rows, plan.seed)
     return (*algo.train_eval_set(), None)
 
 

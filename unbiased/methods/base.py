@@ -27,6 +27,7 @@ from unbiased.data import (
     SplitOutputs,
     TensorSplit,
     balanced_weights,
+    capped_group_rows,
     group_accuracies,
     worst_group_name,
 )
@@ -446,15 +447,24 @@ class ERM:
         logits = self.f(z)
         return torch.nn.functional.one_hot(logits.argmax(1), logits.shape[1]).float()
 
-    def balanced_train_set(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                          torch.Tensor]:
-        """(z, y, c, group-balanced weights) of every training row, at the current weights:
+    def balanced_train_set(self, group_rows: int = 0, seed: int = 0
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(z, y, c, group-balanced weights) of the training rows, at the current weights:
         what `mi_eval_weights groups` estimates on. Every row, not `train_eval_rows`' subset:
         where the bias is strong the rows of the rare groups carry the balanced measure
-        (Biased MNIST at rho .997: 180 of 60,000), and a subset would keep a sixth of them."""
-        z = self.train_features()
-        weights = balanced_weights(*self.bench.train_groups()).to(self.device)
-        return z, self.bench.train.y, self.bench.train.c, weights
+        (Biased MNIST at rho .997: 180 of 60,000), and a subset would keep a sixth of them.
+        With `group_rows`, at most that many rows of each group (`capped_group_rows`, drawn
+        by `seed`): every rare row, a sample of the large groups."""
+        groups, count = self.bench.train_groups()
+        if group_rows <= 0:
+            z = self.train_features()
+            return z, self.bench.train.y, self.bench.train.c, balanced_weights(
+                groups, count).to(self.device)
+        rows = capped_group_rows(groups, group_rows, seed)
+        z = self.outputs(self.bench.train, rows)[0]
+        train = self.bench.train
+        return z, train.y[rows], train.c[rows], balanced_weights(groups[rows], count).to(
+            self.device)
 
     def train_features(self) -> torch.Tensor:
         """z of every training row, in order."""
