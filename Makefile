@@ -30,6 +30,11 @@ ifneq ($(TORCH_CUDA),)
 TORCH_CUDA_ERROR := $(shell sh tools/torch_build.sh '$(TORCH_CUDA)' 2>&1)
 $(if $(TORCH_CUDA_ERROR),$(error $(TORCH_CUDA_ERROR)))
 endif
+# A venv still to be made: PYTHON must be 3.10+ (one error line, nothing run, else).
+ifeq ($(wildcard $(VENV)/.installed),)
+PYTHON_ERROR := $(shell sh tools/python_check.sh '$(PYTHON)' 2>&1)
+$(if $(PYTHON_ERROR),$(error $(PYTHON_ERROR)))
+endif
 TORCH_BUILD := $(if $(TORCH_CUDA),+$(TORCH_CUDA))
 TORCH_INDEX := $(if $(TORCH_CUDA),--extra-index-url https://download.pytorch.org/whl/$(TORCH_CUDA) )
 TORCH_MARK := $(if $(TORCH_CUDA),$(VENV)/.torch-$(TORCH_CUDA))

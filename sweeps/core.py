@@ -344,6 +344,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
                              if len(trials) < len(todo) else ""))
         if not args.resume:
             records.clear()  # a new sweep: an earlier one's trials are not its own
+        records.begin()
         if args.done is not None:
             import_done(records, args.done, spec.param_keys(), points, fixed)
         for line in done_line:
@@ -523,6 +524,14 @@ def check_local_gpu(args: SweepArgs) -> None:
                      f"--address, or pass --device cpu --gpus-per-trial 0")
 
 
+def nothing_to_resume(out: Path, records: Records) -> str:
+    """Why `--resume` into `out` cannot go on: no sweep was launched there."""
+    return (f"cannot resume {out}: it holds no sweep (no trial records at {records.root}); "
+            f"check the path, or leave out --resume to start a sweep there (a sweep begun "
+            f"before trials kept records: `python -m sweeps export {out} CSV`, then --done "
+            f"CSV into a new --out)")
+
+
 def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[dict]
               ) -> tuple[list[dict], list[str]]:
     """The points to run: those no record holds finished (on --resume) and no `--done CSV`
@@ -530,11 +539,9 @@ def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[di
     trial a point to run starts from: its checkpoint is read from its record, and rows taken
     from a CSV carry none. Reads only: the CSV's rows become records at the launch."""
     fixed = spec.fixed_values(args.values)
-    if args.resume and records.before_records():
-        raise SweepError(f"cannot resume {args.out}: it ran before trials kept records of their "
-                         f"own (trainables/record.py); carry its finished epochs over with "
-                         f"`python -m sweeps export {args.out} CSV`, then run the sweep again "
-                         f"with --done CSV into a new --out")
+    if args.resume and not records.exist():
+        check_out_dir(args, spec.experiment)  # another experiment's results: that, first
+        raise SweepError(nothing_to_resume(args.out, records))
     held = point_records(records, fixed, points) if args.resume else {}
     done = {key for key, (_, _, _, ended) in held.items() if ended}
     lines = []

@@ -155,12 +155,41 @@ def read_source(out: Path) -> pd.DataFrame:
     """A sweep's rows: OUT/results.parquet, else its records, else Tune's per-trial results
     under OUT; or a CSV of rows in this format (a piece's OUT/epochs.csv)."""
     if out.suffix == ".csv" and out.is_file():
-        return pd.read_csv(out)
+        return read_rows_csv(out)
     parquet = out / "results.parquet"
     if parquet.is_file():
         return pd.read_parquet(parquet)
     records = from_records(out)
     return records if not records.empty else from_tune(out)
+
+
+# What a row needs to be exported: its trial's point and its epoch.
+NEEDED = ("method", "lam", "seed", "epoch")
+
+
+class RowsError(ValueError):
+    """Rows that are not a sweep's epochs (a CSV of something else, a missing column)."""
+
+
+def read_rows_csv(path: Path) -> pd.DataFrame:
+    """A CSV of a sweep's epochs, checked for the columns export needs (an empty file: no
+    rows)."""
+    if path.stat().st_size == 0:
+        return pd.DataFrame()
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise RowsError(f"{path} is not a CSV of epochs: {exc}".splitlines()[0]) from None
+    return checked_rows(df, str(path))
+
+
+def checked_rows(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    missing = [c for c in NEEDED if c not in df.columns]
+    if missing and not df.empty:
+        raise RowsError(f"{source} holds no sweep's epochs: no column {', '.join(missing)} "
+                        f"(it has {', '.join(map(str, df.columns[:8]))}"
+                        + (", ..." if len(df.columns) > 8 else "") + ")")
+    return df
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,15 +203,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replace", action="store_true",
                    help="write this run's rows alone, dropping DEST's other trials")
     a = p.parse_args(argv)
-    df = read_source(a.out)
+    try:
+        df = checked_rows(read_source(a.out), str(a.out))
+        old = (read_rows_csv(a.dest) if a.dest.is_file() and not a.replace
+               else pd.DataFrame())
+    except RowsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if df.empty:
         print(f"error: no epochs under {a.out}", file=sys.stderr)
         return 2
     keys = trial_keys(df)
     df = export_frame(df)
     kept = 0
-    if a.dest.is_file() and not a.replace:
-        df, kept = merged(df, pd.read_csv(a.dest), keys)
+    if not old.empty:
+        df, kept = merged(df, old, keys)
         df = export_frame(df)
     from analysis.io import atomic_write_text
 

@@ -22,7 +22,14 @@ import pandas as pd
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, resolve
 from sweeps.common import SweepError, fail
-from sweeps.core import benchmark_grid, finish, start, start_ray, trial_errors
+from sweeps.core import (
+    benchmark_grid,
+    finish,
+    nothing_to_resume,
+    start,
+    start_ray,
+    trial_errors,
+)
 from sweeps.done import finished, point_records
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import results_frame
@@ -114,6 +121,12 @@ def _distributions(space: dict, params: dict) -> dict:
     return out
 
 
+def study_name(method: str, sigma: float, seed: int) -> str:
+    """A study's experiment name (mi_backprop keeps the names it always had)."""
+    name = f"{EXPERIMENT}_sigma{sigma:g}_seed{seed}"
+    return name if method == "mi_backprop" else f"{name}_{method}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser("lambda_search.py", __doc__.splitlines()[0], LAMBDA_SEARCH,
                           search=True, benchmark=GRID.bench)
@@ -127,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         samples = int(args["samples"])
         studies = [(m, float(s), int(seed)) for m in args["method"] for s in args["sigma"]
                    for seed in args["seeds"]]
+        study_records = [Records.at(storage_dir(args), study_name(*study)) for study in studies]
+        if args.resume and not any(records.exist() for records in study_records):
+            raise SweepError(nothing_to_resume(args.out, study_records[0]))
         if args.dry_run:  # what would run; nothing started
             low, high = args["lam_range"]
             print(f"{EXPERIMENT}: preset {args.preset}, {len(studies)} studies x {samples} "
@@ -142,13 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         trainable = tune.with_parameters(grid.trainable(), **loaded)
         frames = []
         fixed = grid.fixed_values(args.values)
-        for method, sigma, seed in studies:
-            name = f"{EXPERIMENT}_sigma{sigma:g}_seed{seed}"
-            if method != "mi_backprop":  # mi_backprop keeps the study names it always had
-                name += f"_{method}"
-            records = Records.at(storage_dir(args), name)
+        for (method, sigma, seed), records in zip(studies, study_records, strict=True):
+            name = study_name(method, sigma, seed)
             if not args.resume:
                 records.clear()
+            records.begin()
             space = search_space(args.values, sigma, seed, method)
             searcher, done = make_searcher(samples, seed, space, records)
             if args.resume:

@@ -332,6 +332,7 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
         return 0
     if not args.resume:
         records.clear()  # a new piece: an earlier one's trials are not its own
+    records.begin()
     return run_piece(spec, args, ns, records, points, todo, config, loaded, shape, costs, most,
                      stamp, deadline)
 

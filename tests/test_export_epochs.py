@@ -117,3 +117,25 @@ def test_a_stopped_sweeps_records_are_its_rows(tmp_path, capsys):
     assert rows.loc["sigma=0.03_method=mi_backprop_lam=1.0_seed=0_K=2", "test_acc"] == 0.3
     assert list(rows.loc["p", "epoch"]) == [1, 2]
     assert json.loads(rows.loc["p", "config"].iloc[0])["lr"] == 1e-3
+
+
+def test_rows_that_are_not_a_sweeps_epochs_are_one_error_line_and_the_csv_is_untouched(
+        tmp_path, capsys):
+    from sweeps.__main__ import main
+
+    out = tmp_path / "run"
+    _trial(out, "a", {"sigma": 0.03, "lam": 1.0, "seed": 0, "method": "lntl"}, [1, 2])
+    dest = tmp_path / "epochs.csv"
+    _export(out, dest, capsys=capsys)
+    before = dest.read_bytes()
+    other = tmp_path / "other.csv"
+    other.write_text("name,score\nx,1\n")
+    for args, named in (([str(other), str(dest)], "other.csv holds no sweep's epochs: no "
+                                                  "column method, lam, seed, epoch"),
+                        ([str(out), str(other)], "other.csv holds no sweep's epochs")):
+        capsys.readouterr()
+        assert main(["export", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and named in err and err.count("\n") == 1, err
+        assert dest.read_bytes() == before
+    assert other.read_text() == "name,score\nx,1\n"

@@ -149,15 +149,20 @@ def test_a_bundles_members_keep_their_points_order(tmp_path):
         "sigma=0.03_method=mi_backprop_lam=0.5_seed=0_K=2")
 
 
-def test_a_sweep_from_before_records_is_told_apart(tmp_path):
-    # Tune's experiment state and no record: a --resume of it is refused (sweeps/core.py)
+def test_a_launch_marks_the_records_place_before_any_trial_reports(tmp_path):
+    # --resume asks whether a sweep was launched here (sweeps/core.py): the records decide,
+    # not Tune's state, and a sweep stopped before its first report counts as launched.
     records = Records.at(str(tmp_path), "grid")
-    assert not records.before_records()  # nothing at all: a new sweep
+    assert not records.exist()
     (tmp_path / "grid").mkdir()
     (tmp_path / "grid" / "experiment_state-2026-11-28_10-00-00.json").write_text("{}")
-    assert records.before_records()
+    assert not records.exist()
+    records.begin()
+    assert records.exist() and records.keys() == [] and records.read_all() == {}
     _run(records, "a", 1)
-    assert not records.before_records()
+    assert records.exist() and records.keys() == ["a"]
+    records.clear()
+    assert not records.exist()
 
 
 def test_a_session_continues_its_own_trial_and_not_a_bundle_of_other_members(tmp_path):

@@ -405,11 +405,28 @@ def test_a_trial_that_never_reported_is_not_counted_as_finished():
     assert [finished(r) for r in (never, half, done)] == [False, False, True]
 
 
-def test_resuming_a_sweep_from_before_records_says_how_to_carry_it_over(tmp_path):
+@pytest.mark.parametrize("held", ["nothing", "an empty folder", "tune's state alone"])
+def test_resuming_where_no_sweep_was_launched_is_one_line_before_ray(tmp_path, held):
+    # A mistyped --out, or a sweep from before trials kept records: nothing to continue.
     out = tmp_path / "out"
-    (out / "tune" / "digits_grid").mkdir(parents=True)
-    (out / "tune" / "digits_grid" / "experiment_state-2026-11-28_10-00-00.json").write_text("{}")
-    (out / "experiment.json").write_text(json.dumps({"experiment": "digits_grid"}))
+    if held != "nothing":
+        out.mkdir()
+    if held == "tune's state alone":
+        (out / "tune" / "digits_grid").mkdir(parents=True)
+        (out / "tune" / "digits_grid" / "experiment_state-2026-11-28.json").write_text("{}")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     proc = _in_process(*TINY, "--out", str(out), "--resume")
-    _one_line_error(proc, "ran before trials kept records of their own")
+    _one_line_error(proc, f"cannot resume {out}: it holds no sweep")
     assert f"python -m sweeps export {out} CSV" in proc.stderr
+    assert proc.stdout == ""  # before the data's load and the start line, so before Ray
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_sweep_launched_but_stopped_before_any_report_resumes(tmp_path):
+    from trainables.record import Records
+
+    out = tmp_path / "out"
+    Records.at(str(out / "tune"), "digits_grid").begin()
+    proc = _in_process(*TINY, "--lam", "0,1", "--out", str(out), "--resume", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "resume: 0 of 2 trials already finished" in proc.stdout

@@ -28,7 +28,7 @@ BUILDS_FILE = "tools/torch_builds.txt"
 CHECK_SCRIPT = "tools/torch_build.sh"
 # what pin_problems reads, and what `make -n .venv/.installed` needs beside the Makefile
 FILES = ("Makefile", "pyproject.toml", "cluster.yaml", "Dockerfile", BUILDS_FILE, CHECK_SCRIPT,
-         "tools/ray_default_extras.py")
+         "tools/ray_default_extras.py", "tools/python_check.sh")
 PACKAGES = ("torch", "torchvision")
 INDEX = "https://download.pytorch.org/whl/"
 VARIABLE = re.compile(r"\$\{?TORCH_CUDA\}?")  # $TORCH_CUDA or ${TORCH_CUDA}, as a shell reads it
@@ -374,3 +374,25 @@ def test_editing_one_file_alone_is_caught(tmp_path, name, edit):
     assert after != before, "the edit no longer matches the file: update this test"
     (tmp_path / name).write_text(after)
     assert pin_problems(tmp_path), f"editing {name} alone went unnoticed"
+
+
+@pytest.mark.parametrize("python, says", [
+    ("old", "is Python 3.6.8: this project needs 3.10+"),
+    ("missing", "does not run: this project needs Python 3.10+"),
+])
+def test_make_refuses_a_python_older_than_3_10_in_one_line_before_anything_runs(
+        tmp_path, python, says):
+    # A RHEL/Rocky 8 login node's python3 is 3.6: make stops before creating a venv.
+    old = tmp_path / "python3.6"
+    old.write_text("#!/bin/sh\necho 3.6.8\n")
+    old.chmod(0o755)
+    given = str(old) if python == "old" else str(tmp_path / "no-python")
+    venv = tmp_path / "venv"
+    run = _make(ROOT, "quick", f"PYTHON={given}", f"VENV={venv}")
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and not run.stdout.strip(), (run.stdout, run.stderr)
+    assert len(lines) == 1 and f"error: PYTHON={given} {says}" in lines[0], lines
+    assert "PYTHON=python3.11" in lines[0] and "module load" in lines[0]
+    assert not venv.exists()
+    ok = _make(ROOT, "quick", f"VENV={venv}")  # this machine's python3 (3.11)
+    assert ok.returncode == 0 and f"-m venv {venv}" in ok.stdout, ok.stderr

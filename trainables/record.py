@@ -199,14 +199,14 @@ class Records:
                 files[info.base_name] = self._read(info.path)
         return files
 
-    def before_records(self) -> bool:
-        """Whether the experiment holds Tune's state of a run from before records (its
-        experiment_state files) and no record: a sweep a launch cannot continue."""
-        if self.keys():
-            return False
-        experiment = self.root.rpartition("/")[0]
-        return any(info.base_name.startswith("experiment_state-")
-                   for info in self._listing(experiment))
+    def begin(self) -> None:
+        """A sweep's launch: the records' directory, which `--resume` looks for, made before
+        any trial reports (a sweep stopped before its first report resumes too)."""
+        self.fs.create_dir(self.root, recursive=True)
+
+    def exist(self) -> bool:
+        """Whether a sweep of this experiment was launched here (`begin`)."""
+        return self._exists(self.root)
 
     def keys(self) -> list[str]:
         return sorted(info.base_name for info in self._listing(self.root)
