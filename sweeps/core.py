@@ -344,7 +344,6 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
                              if len(trials) < len(todo) else ""))
         if not args.resume:
             records.clear()  # a new sweep: an earlier one's trials are not its own
-        records.begin()
         if args.done is not None:
             import_done(records, args.done, spec.param_keys(), points, fixed)
         for line in done_line:
@@ -354,6 +353,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
             from ray import tune
 
             resources = start_ray(args)
+            records.begin()
             trainable = tune.with_parameters(spec.trainable(), **loaded)
             n_done = len(points) - len(todo)
             for part in warm_parts(trials):  # the warm starts' baselines first

@@ -20,8 +20,8 @@ from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import finished
 from sweeps.signals import StopSignals, stopper
-from trainables.record import RESTORED, Records, trial_key_of
-from unbiased.settings import flat_config
+from trainables.record import RESTORED, Records, records_root, trial_key_of
+from unbiased.settings import RECORDS_KEY, flat_config
 
 
 def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space: dict,
@@ -65,7 +65,8 @@ def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_s
 
     return tune.Tuner(
         trainable,
-        param_space=param_space,
+        # The trial's session finds its record there (trainables/tune_trial.py).
+        param_space={**param_space, RECORDS_KEY: records_root(storage, experiment)},
         tune_config=tune.TuneConfig(reuse_actors=True, scheduler=make_scheduler(args),
                                     search_alg=search_alg, num_samples=num_samples),
         run_config=tune.RunConfig(

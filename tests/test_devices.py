@@ -13,8 +13,10 @@ from ray import tune
 
 from sweeps.lambda_search import LAMBDA_SEARCH
 from tests.drivers import Ran, run_main
+from trainables.record import records_root
 from unbiased.benchmarks.digits import DIGITS
 from unbiased.benchmarks.imdb import IMDB
+from unbiased.settings import RECORDS_KEY
 from unbiased.trial import DeviceError, pick_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +86,7 @@ def test_a_trial_on_a_device_it_cannot_use_stops_once_with_one_line(ray_local, t
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable_for("digits"), digits=tiny_digits),
                             {"cpu": 1}),
-        param_space=config,
+        param_space={**config, RECORDS_KEY: records_root(str(tmp_path), "device")},
         run_config=tune.RunConfig(name="device", storage_path=str(tmp_path), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=2)))
     grid = tuner.fit()

@@ -171,10 +171,12 @@ def test_a_sweeps_local_ray_starts_no_worker_before_a_trial_asks():
 
 
 def test_the_adapter_is_the_only_place_that_reaches_into_ray():
-    """No other module names one of Ray's private modules or Tune's execution internals."""
+    """No other module names one of Ray's private modules, Tune's execution internals or
+    its storage context (a DeveloperAPI: a trial's record is found from its config)."""
     import re
 
     private = re.compile(r"\bray\.(_[a-z]\w*|\w+\._internal|tune\.(execution|impl))\b"
+                         r"|\bget_storage\(|\bexperiment_fs_path\b|\bstorage_filesystem\b"
                          r"|_WandbLoggingActor|_QueueItem|_logger_actor_cls|\._trial_runs\b"
                          r"|_trial_logging_futures|_start_logging_actor|self\.mlflow_util\b")
     root = Path(__file__).resolve().parents[1]

@@ -21,6 +21,8 @@ from tests.conftest import SMALL_NET, SMALL_NET_CONFIG
 from tests.drivers import Ran, run_main, run_sweep
 from tests.processes import alive, descendants
 from tests.test_group_signal import check_no_ray_left_after_sigkill, ray_under
+from trainables.record import records_root
+from unbiased.settings import RECORDS_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
@@ -169,7 +171,7 @@ def _fit(tmp_path, digits, space, name="t"):
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable_for("digits"), digits=digits),
                             {"cpu": 1}),
-        param_space=space,
+        param_space={**space, RECORDS_KEY: records_root(str(tmp_path), name)},
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0),
     )
     return tuner.fit()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from trainables.record import records_root
+from unbiased.settings import RECORDS_KEY
 from unbiased.trial import RecordingSession, checkpoint_files, read_checkpoint
 
 
@@ -40,7 +42,8 @@ def test_under_tune_a_trial_is_its_key_and_reads_another_trials_last_checkpoint(
     storage = tmp_path / "storage"
     tuner = tune.Tuner(
         tune.with_resources(trial, {"cpu": 2}),  # one at a time on ray_local's 2 CPUs
-        param_space={"point": tune.grid_search([{"role": "baseline"}, {"role": "warm"}])},
+        param_space={"point": tune.grid_search([{"role": "baseline"}, {"role": "warm"}]),
+                     RECORDS_KEY: records_root(str(storage), "session")},
         run_config=tune.RunConfig(name="session", storage_path=str(storage), verbose=0))
     results = {r.config["point"]["role"]: r for r in tuner.fit()}
     baseline, warm = results["baseline"], results["warm"]

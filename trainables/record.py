@@ -76,6 +76,11 @@ def reported(row: dict) -> dict:
     return {k: v for k, v in row.items() if k != _CHECKPOINT}
 
 
+def records_root(storage: str, experiment: str) -> str:
+    """The directory of `experiment`'s records in the sweep's storage (a path or a URI)."""
+    return storage.rstrip("/") + "/" + experiment + "/" + TRIALS_DIR
+
+
 class Records:
     """The records of one experiment's trials under `storage` (a path or a URI)."""
 
@@ -86,7 +91,11 @@ class Records:
     def at(cls, storage: str, experiment: str) -> Records:
         """The records of `experiment` in the sweep's storage (a path or a URI; a bucket is
         reached at the first read or write, not before: a dry run never reaches it)."""
-        root = storage.rstrip("/") + "/" + experiment + "/" + TRIALS_DIR
+        return cls.located(records_root(storage, experiment))
+
+    @classmethod
+    def located(cls, root: str) -> Records:
+        """The records in the directory `root` (a path or a URI: `records_root`)."""
         if "://" in root:
             return cls(None, root)
         return cls(pafs.LocalFileSystem(), root)

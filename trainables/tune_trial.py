@@ -20,9 +20,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trainables.record import RESTORED, TRIALS_DIR, Records, RecordSession, reported
+from trainables.record import RESTORED, Records, RecordSession, reported
 from unbiased.benchmarks import benchmark_spec
-from unbiased.settings import flat_config
+from unbiased.settings import RECORDS_KEY, flat_config
 from unbiased.trial import MEMBERS_KEY, machine_id, run_bundle, run_trial
 
 
@@ -61,9 +61,12 @@ class TuneSession(RecordSession):
     def __init__(self, config: dict) -> None:
         from ray import tune
 
-        storage = tune.get_context().get_storage()
-        records = Records(storage.storage_filesystem, f"{storage.experiment_fs_path}/{TRIALS_DIR}")
-        super().__init__(records, config, tune.get_context().get_trial_id())
+        if RECORDS_KEY not in config:
+            raise ValueError(f"a Tune trial's config names where its record lives "
+                             f"({RECORDS_KEY!r}, trainables/record.py: records_root); the "
+                             f"sweep's Tuner sets it (sweeps/runner.py)")
+        super().__init__(Records.located(str(config[RECORDS_KEY])), config,
+                         tune.get_context().get_trial_id())
 
     def restore(self) -> dict[str, bytes] | None:
         """The record's checkpoint; its rows told to Tune again first (marked RESTORED: the

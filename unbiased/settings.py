@@ -150,11 +150,15 @@ MEMBERS_KEY = "members"  # a bundle trial's point: its grid points under this ke
 # A tuning preset's point holds its drawn settings under this key (sweeps/tuning.py): its arm
 # and draw index name the trial, the settings reach its config.
 SETTINGS_KEY = "settings"
+# Where a Tune trial's record lives (its experiment's trials directory, a path or a URI): set
+# by the sweep's Tuner (sweeps/runner.py), read by the trial's session (trainables/), and no
+# part of the trial's settings: flat_config leaves it out.
+RECORDS_KEY = "records_at"
 
 
 def flat_config(config: dict) -> dict:
     """A trial's config with its grid point's keys (and drawn settings) at the top level."""
-    return {**{k: v for k, v in config.items() if k != POINT_KEY},
+    return {**{k: v for k, v in config.items() if k not in (POINT_KEY, RECORDS_KEY)},
             **flat_point(config.get(POINT_KEY) or {})}
 
 
