@@ -328,7 +328,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         fixed = spec.fixed_values(args.values)
         records = Records.at(storage_dir(args), spec.experiment)
         # Trials an earlier launch finished (--resume) or a CSV holds (--done): sweeps/done.py.
-        todo, done_line = take_done(spec, args, records, points)
+        todo, done_line, taken = take_done(spec, args, records, points)
         if args.values.get("warm_start"):
             todo = warm_sources(spec, args, todo, points)
         trials = bundle_points(todo, args.bundle, fixed)
@@ -345,7 +345,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         if not args.resume:
             records.clear()  # a new sweep: an earlier one's trials are not its own
         if args.done is not None:
-            import_done(records, args.done, spec.param_keys(), points, fixed)
+            import_done(records, args.done, taken, fixed)
         for line in done_line:
             print(line, flush=True)
         errors: dict[str, object] = {}
@@ -533,11 +533,12 @@ def nothing_to_resume(out: Path, records: Records) -> str:
 
 
 def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[dict]
-              ) -> tuple[list[dict], list[str]]:
+              ) -> tuple[list[dict], list[str], list[tuple[dict, pd.DataFrame]]]:
     """The points to run: those no record holds finished (on --resume) and no `--done CSV`
-    holds whole; lines saying so. With --warm-start the points returned keep every lam = 0
-    trial a point to run starts from: its checkpoint is read from its record, and rows taken
-    from a CSV carry none. Reads only: the CSV's rows become records at the launch."""
+    holds whole; lines saying so; the points the CSV holds whole, with their rows (read
+    once). With --warm-start the points returned keep every lam = 0 trial a point to run
+    starts from: its checkpoint is read from its record, and rows taken from a CSV carry
+    none. Reads only: the CSV's rows become records at the launch (`import_done`)."""
     fixed = spec.fixed_values(args.values)
     if args.resume and not records.exist():
         check_out_dir(args, spec.experiment)  # another experiment's results: that, first
@@ -548,6 +549,7 @@ def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[di
     if args.resume:
         lines.append(f"resume: {len(done)} of {len(points)} trials already finished; the "
                      f"others continue from their last checkpoints")
+    whole: list[tuple[dict, pd.DataFrame]] = []
     if args.done is not None:
         _, whole = split_done(args.done, read_done(args.done, spec.param_keys()), points,
                               fixed)
@@ -564,7 +566,7 @@ def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[di
             todo = [p for p in points if any(p is q for q in [*todo, *again])]
             lines.append(f"--warm-start: {len(again)} of them run again, for the checkpoint "
                          f"the trials still to run start from")
-    return todo, lines
+    return todo, lines, whole
 
 
 def _has_checkpoint(records: Records, held: dict, point: dict) -> bool:

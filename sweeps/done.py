@@ -32,7 +32,7 @@ import pandas as pd
 
 from analysis.results import CRITIC_WARNING, OK_WARNING
 from sweeps.common import SweepError
-from trainables.record import Record, Records, trial_key
+from trainables.record import Records, plain, trial_key
 from unbiased.settings import SETTINGS_KEY, flat_point
 
 # Shared settings that do not change a trial's numbers: where the data is, how many threads.
@@ -76,10 +76,6 @@ def _matches(rows: pd.DataFrame, point: dict) -> pd.Series:
     return hit
 
 
-def _plain(value: object) -> object:
-    return json.loads(json.dumps(value, default=str))
-
-
 def _recorded_config(own: pd.DataFrame) -> dict | None:
     """The flat config a trial's rows record, None where FILE has none for it."""
     recorded = own["config"].iloc[-1] if "config" in own.columns else None
@@ -96,14 +92,14 @@ def _check_config(where: str, point: dict, config: dict | None, fixed: dict) -> 
     # other settings under the same arm and draw index).
     drawn = point.get(SETTINGS_KEY) or {}
     for key, value in sorted(drawn.items()):
-        if key in config and _plain(config[key]) != _plain(value):
+        if key in config and plain(config[key]) != plain(value):
             raise SweepError(f"{where}: draw {point.get('draw')} of arm {point.get('arm')} ran "
                              f"with {key}={config[key]}, this sweep draws {key}={value}: "
                              f"not the same search (--search-seed?)")
     for key, value in sorted(fixed.items()):
         if key in _NOT_COMPARED or key not in config or key in drawn:
             continue
-        if _plain(config[key]) != _plain(value):
+        if plain(config[key]) != plain(value):
             tag = " ".join(f"{k}={v}" for k, v in point.items())
             raise SweepError(f"{where}: trial {tag} ran with {key}={config[key]}, this "
                              f"sweep has {key}={value}: not the same grid")
@@ -140,15 +136,14 @@ def _selection_note(own: pd.DataFrame) -> str:
                      if w and not w.startswith(CRITIC_WARNING))
 
 
-def import_done(records: Records, path: Path, keys: tuple[str, ...], points: list[dict],
+def import_done(records: Records, path: Path, done: list[tuple[dict, pd.DataFrame]],
                 fixed: dict) -> int:
-    """Every point FILE holds whole that has no finished record, made a record of its own
-    (its rows, no checkpoint); returns how many of `points` FILE holds whole."""
-    _, done = split_done(path, read_done(path, keys), points, fixed)
+    """Every point FILE holds whole (`split_done`'s `done`) that has no ended record, made a
+    record of its own (its rows, no checkpoint); returns how many there were."""
     for point, own in done:
         key = trial_key([point])
         record = records.read(key)
-        if record is not None and finished(record):
+        if record is not None and record.ended is not None:
             continue
         config = _recorded_config(own)
         if config is None:  # a FILE written before configs were exported: the sweep's own
@@ -170,14 +165,6 @@ def _missing(value: object) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def finished(record: Record) -> bool:
-    """A trial the driver saw end (its last epoch, a stop of its own, or the scheduler's)
-    or that --done took over. A trial whose rows reach its last epoch without that (it
-    wrote its record while a stop came) runs again: it restores its last checkpoint and
-    tells Tune its rows, so the trackers get every epoch."""
-    return record.ended is not None
-
-
 def point_records(records: Records, fixed: dict, points: list[dict] | None = None
                   ) -> dict[str, tuple[pd.DataFrame, dict, str, bool]]:
     """Every grid point's rows in the records, by its key: (rows, flat config, the key of
@@ -188,7 +175,7 @@ def point_records(records: Records, fixed: dict, points: list[dict] | None = Non
     out: dict[str, tuple[pd.DataFrame, dict, str, bool]] = {}
     for record in records.read_all().values():
         rows = pd.json_normalize(record.metrics(), sep="/") if record.rows else pd.DataFrame()
-        done = finished(record)
+        done = record.ended is not None
         for key, config, own in trial_points(rows, record.config, record.key):
             if wanted is not None and key not in wanted:
                 continue  # a point this sweep does not run

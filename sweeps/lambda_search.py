@@ -30,7 +30,7 @@ from sweeps.core import (
     start_ray,
     trial_errors,
 )
-from sweeps.done import finished, point_records
+from sweeps.done import point_records
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import results_frame
 from sweeps.runner import run_tuner
@@ -93,7 +93,7 @@ def make_searcher(samples: int, seed: int, space: dict | None = None,
                   if k in space[POINT_KEY] and not isinstance(space[POINT_KEY][k], str | int
                                                                | float)}
         rows = record.metrics()
-        if finished(record) and rows and all(k in rows[-1] for k in OBJECTIVES):
+        if record.ended is not None and rows and all(k in rows[-1] for k in OBJECTIVES):
             study.add_trial(optuna.trial.create_trial(
                 params=params, distributions=_distributions(space, params),
                 values=[float(rows[-1][k]) for k in OBJECTIVES]))

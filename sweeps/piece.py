@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
                              "it as a sweep")
         # OUT/tune whatever the storage settings: the piece's machine keeps nothing else.
         records = Records.at(str((args.out / "tune").resolve()), spec.experiment)
-        todo, done_lines = take_done(spec, args, records, points)
+        todo, done_lines, _ = take_done(spec, args, records, points)
         costs = Costs.read(ns.costs)
         config = {**fixed, "num_threads": max(1, int(float(args.values["cpus_per_trial"])))}
         precision = trial_precision(config)

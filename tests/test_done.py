@@ -157,7 +157,7 @@ def test_a_grid_stopped_by_ctrl_c_leaves_nothing_behind_and_resumes_in_order(
 def test_a_trial_taken_over_keeps_its_stopping_rules_warning(tmp_path):
     # Its own run ended "ok; no epoch with a usable ...": the stopping rule's note lives only
     # in that status, and the table's warning list must still show it after --done.
-    from sweeps.done import import_done, point_records
+    from sweeps.done import import_done, point_records, read_done, split_done
     from sweeps.results_frame import results_frame
     from trainables.record import Records
 
@@ -169,7 +169,9 @@ def test_a_trial_taken_over_keeps_its_stopping_rules_warning(tmp_path):
     keys = ("method", "K", "sigma", "lam", "seed")
     point = {"sigma": 0.03, "method": "mi_backprop", "lam": 0.0, "seed": 0, "K": 2}
     records, fixed = Records.at(str(tmp_path / "tune"), "g"), {"epochs": 2, "lr": 0.001}
-    assert import_done(records, tmp_path / "e.csv", keys, [point], fixed) == 1
+    _, whole = split_done(tmp_path / "e.csv", read_done(tmp_path / "e.csv", keys), [point],
+                          fixed)
+    assert import_done(records, tmp_path / "e.csv", whole, fixed) == 1
     (key, (rows, config, _, finished)), = point_records(records, fixed, [point]).items()
     assert finished and key == "sigma=0.03_method=mi_backprop_lam=0.0_seed=0_K=2"
     df = results_frame([(rows, config, key, None)], "digits_grid", "digits",

@@ -64,7 +64,10 @@ class Record:
     # up to the newest whole checkpoint; each as written, with the checkpoint it named
     rows: list[dict] = field(default_factory=list)
     checkpoint: str | None = None  # that checkpoint's directory
-    ended: str | None = None  # end.json's status: the trial is done
+    # end.json's status: the trial is done (the driver saw it end, or --done took it over).
+    # Rows that reach the last epoch without it (written while a stop came) run again: the
+    # trial restores its last checkpoint and tells Tune its rows, so trackers get every epoch.
+    ended: str | None = None
 
     def metrics(self) -> list[dict]:
         """The rows as the trial reported them."""
@@ -248,7 +251,7 @@ class RecordSession:
         # A bundle's key names its first member and their number: the same key with other
         # members (another piece's bundling) is another trial.
         if (record is not None and record.checkpoint is not None
-                and _plain(record.config.get(MEMBERS_KEY)) == _plain(flat.get(MEMBERS_KEY))):
+                and plain(record.config.get(MEMBERS_KEY)) == plain(flat.get(MEMBERS_KEY))):
             self.rows = record.rows
             self.restored = records.checkpoint(record)
         else:
@@ -274,7 +277,7 @@ class RecordSession:
         return None if record is None else self.records.checkpoint(record)
 
 
-def _plain(value: object) -> object:
+def plain(value: object) -> object:
     """`value` as point.json holds it (JSON's types)."""
     return json.loads(json.dumps(value, default=_json_value))
 
