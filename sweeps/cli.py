@@ -375,7 +375,7 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
                          help="per-epoch rows of an earlier run of this grid (the CSV "
                               "sweeps/export_epochs.py writes): trials with all their epochs "
                               "in CSV are not run again and their rows join the results; for "
-                              "a grid whose Tune state is gone with its machine (else "
+                              "a grid whose trial records are gone with its machine (else "
                               "--resume)")
     group = run.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",

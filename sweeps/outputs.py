@@ -1,5 +1,6 @@
-"""A sweep's OUT directory: refused when it holds another sweep, the Tune state's place in it,
-and what a finished sweep writes there (results.parquet, experiment.json, the analysis)."""
+"""A sweep's OUT directory: refused when it holds another sweep, the trials' records' place in
+it (OUT/tune), and what a finished sweep writes there (results.parquet, experiment.json, the
+analysis)."""
 
 from __future__ import annotations
 
