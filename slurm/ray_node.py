@@ -129,8 +129,7 @@ def slurm_resources() -> list[str]:
     counts another job's GPUs) and, under --mem, an object store of 30% of that memory (Ray's
     default share, of the node's memory, would overrun the job's limit)."""
     flags = ["--num-cpus", os.environ.get("SLURM_CPUS_ON_NODE", "1")]
-    gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
-    flags += ["--num-gpus", str(len(gpus))]
+    flags += ["--num-gpus", str(len(given_gpus()))]
     mem_mb = os.environ.get("SLURM_MEM_PER_NODE")
     if not mem_mb and os.environ.get("SLURM_MEM_PER_CPU"):
         mem_mb = str(int(os.environ["SLURM_MEM_PER_CPU"])
@@ -140,8 +139,32 @@ def slurm_resources() -> list[str]:
     return flags
 
 
-TORCH_PROBE = ("import torch; print(torch.__version__, torch.version.cuda or 'none', "
-               "torch.cuda.device_count())")
+# What torch on this node can do with the GPUs it is given: its version and CUDA build, what
+# it counts (NVML: counted even where the CUDA build is newer than the driver), whether CUDA
+# itself starts, and a small tensor on every device, as a trial's first step would make one.
+TORCH_PROBE = """
+import json, torch
+counted, available, started, error = torch.cuda.device_count(), False, 0, ""
+try:
+    available = bool(torch.cuda.is_available())
+    for i in range(counted if available else 0):
+        float(torch.ones(2, device=f"cuda:{i}").sum())
+        started += 1
+except Exception as exc:  # noqa: BLE001 - any failure to start CUDA is the answer
+    error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda or "none",
+                  "counted": counted, "available": available, "started": started,
+                  "error": error}))
+"""
+
+
+def given_gpus() -> list[str]:
+    """The GPUs Slurm gave this job on this node (CUDA_VISIBLE_DEVICES). `NoDevFiles` (GRES
+    configured without device files) is none."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if value.strip() == "NoDevFiles":
+        return []
+    return [g for g in value.split(",") if g.strip()]
 
 
 # What Ray's processes write to their logs (TEMP/session_*/logs) when a port they were given
@@ -171,31 +194,42 @@ def driver_version() -> str:
 
 
 def check_gpus(name: str) -> int:
-    """Exit 2 with one line where torch sees fewer GPUs than Slurm gave this node (a CUDA build
-    newer than the driver, a CPU-only build, no driver): every trial would fail there."""
-    given = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    """Exit 2 with one line where torch cannot use every GPU Slurm gave this node: a CUDA build
+    newer than the driver (torch still counts the GPUs, through NVML), a CPU-only build, no
+    driver, a device CUDA cannot start. Every trial would fail there."""
+    given = given_gpus()
     if not given:
         return 0
     try:
         probe = subprocess.run([sys.executable, "-c", TORCH_PROBE], capture_output=True,
                                text=True, timeout=300)
     except subprocess.TimeoutExpired:
-        print(f"error: {name}: importing torch took over 300 s", file=sys.stderr, flush=True)
+        print(f"error: {name}: importing torch and starting CUDA took over 300 s",
+              file=sys.stderr, flush=True)
         return 2
-    if probe.returncode != 0:
+    try:
+        seen = json.loads(probe.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         print(f"error: {name}: {sys.executable} cannot import torch: {last}", file=sys.stderr,
               flush=True)
         return 2
-    version, cuda, seen = probe.stdout.split()[-3:]
-    if int(seen) >= len(given):
-        print(f"ray_node: {name}: torch {version} sees the {len(given)} GPUs Slurm gave",
-              flush=True)
-        return 0
-    build = "a CPU-only build" if cuda == "none" else f"a CUDA {cuda} build"
     gpus = f"{len(given)} GPU" + ("" if len(given) == 1 else "s")
-    print(f"error: {name}: Slurm gave this job {gpus} here, torch {version} ({build}) sees "
-          f"{seen}; NVIDIA driver: {driver_version()}. Install the torch build the driver "
+    if seen["available"] and seen["started"] >= len(given):
+        print(f"ray_node: {name}: torch {seen['version']} started CUDA on the {gpus} Slurm "
+              f"gave", flush=True)
+        return 0
+    build = "a CPU-only build" if seen["cuda"] == "none" else f"a CUDA {seen['cuda']} build"
+    if seen["counted"] < len(given):
+        what = f"sees {seen['counted']}"
+    elif not seen["available"]:
+        what = (f"counts {seen['counted']} but cannot start CUDA (torch.cuda.is_available() "
+                f"is False)")
+    else:
+        what = (f"started CUDA on {seen['started']} of them"
+                + (f" ({seen['error']})" if seen["error"] else ""))
+    print(f"error: {name}: Slurm gave this job {gpus} here, torch {seen['version']} ({build}) "
+          f"{what}; NVIDIA driver: {driver_version()}. Install the torch build the driver "
           f"takes (make .venv/.installed TORCH_CUDA=..., docs/CLUSTER.md, \"GPUs, and "
           f"torch's CUDA build\"), or run on CPUs with --device cpu", file=sys.stderr,
           flush=True)

@@ -106,6 +106,8 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
         def __init__(self) -> None:
             self.done = n_done
             self.start = time.time()
+            # Trials whose device could not start: failed, not ended, so --resume runs them.
+            self.device_failed: set[str] = set()
 
         def _tag(self, trial) -> str:
             return " | ".join(_point_tag(point, param_keys)
@@ -115,8 +117,10 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
             if result.get(RESTORED):
                 return  # an epoch an earlier launch ran, told again to the trackers
             if result.get("device_error"):
+                self.device_failed.add(trial.trial_id)
                 print(f"[{time.time() - self.start:6.0f}s] {self._tag(trial)}: error: "
-                      f"{result['device_error']} (not retried)", flush=True)
+                      f"{result['device_error']} (not retried; --resume runs it again)",
+                      flush=True)
                 return
             from unbiased.trial import member_key
 
@@ -141,7 +145,8 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
             from sweeps import signals
 
             key = trial_key_of(trial.config)
-            if records is not None and key is not None and not signals.STOP.is_set():
+            if (records is not None and key is not None and not signals.STOP.is_set()
+                    and trial.trial_id not in self.device_failed):
                 records.end(key, "ended")
             self.done = n_done + sum(1 for t in trials if t is trial
                                      or t.status == t.TERMINATED)

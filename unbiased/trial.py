@@ -204,9 +204,18 @@ def pick_device(requested: str, gpu_ids: list | None = None) -> torch.device:
     if wants_cuda and not torch.cuda.is_available():
         given = f"GPUs {list(gpu_ids)} from Ray" if gpu_ids else "no GPU from Ray"
         raise DeviceError(f"device {requested!r} with {given}, but {torch_build()}")
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
+    device = torch.device(requested if requested != "auto"
+                          else "cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        # CUDA can be "available" and still not start on a device (a build without kernels
+        # for it, a device in another process's exclusive mode): a small tensor tells.
+        try:
+            float(torch.ones(2, device=device).sum())
+        except (RuntimeError, AssertionError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DeviceError(f"device {requested!r}: CUDA cannot start on {device} "
+                              f"({first}); {torch_build()}") from None
+    return device
 
 
 def set_deterministic(device: torch.device) -> None:
