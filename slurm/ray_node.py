@@ -60,10 +60,31 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def claims_dir(parent: Path) -> Path:
+    """Where this node's jobs claim port blocks: one directory every user's jobs share,
+    sticky and world-writable as /tmp is, so a claim is removed only by its owner and another
+    user's claim reads as taken. Where that directory is not writable to this user (made
+    before by another user's older run), one of this user's own: the bind check and the
+    retries then keep its jobs apart from the others'."""
+    shared = parent / "ray_port_blocks"
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        if shared.stat().st_uid == os.getuid():
+            os.chmod(shared, 0o1777)  # mkdir's mode is cut by the umask
+    except OSError:
+        pass
+    if os.access(shared, os.W_OK | os.X_OK):
+        return shared
+    own = parent / f"ray_port_blocks.{os.getuid()}"
+    own.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return own
+
+
 def claim(claims: Path, first: int) -> bool:
     """Take block `first` for this process: a file created exclusively, holding its pid. A
-    claim whose process has ended is taken over. Jobs starting in the same second on one node
-    then never share a block, whatever their ports looked like when checked."""
+    claim whose process has ended is taken over (another user's: taken, as the sticky
+    directory keeps it). Jobs starting in the same second on one node then never share a
+    block, whatever their ports looked like when checked."""
     claims.mkdir(parents=True, exist_ok=True)
     path = claims / str(first)
     for _ in range(2):
@@ -76,10 +97,15 @@ def claim(claims: Path, first: int) -> bool:
                 owner = 0
             if owner and _pid_alive(owner):
                 return False
-            if not owner and time.time() - path.stat().st_mtime < 5:
-                return False  # being written this instant
-            path.unlink(missing_ok=True)
+            try:
+                if not owner and time.time() - path.stat().st_mtime < 5:
+                    return False  # being written this instant
+                path.unlink(missing_ok=True)
+            except PermissionError:
+                return False  # another user's, in the sticky directory: theirs to remove
             continue
+        except PermissionError:
+            return False
         with os.fdopen(fd, "w") as out:
             out.write(str(os.getpid()))
         return True
@@ -270,7 +296,7 @@ def main(argv: list[str]) -> int:
         return 2
     role = argv[0]
     temp = Path(f"{argv[1]}_{name}")
-    claims = temp.parent / "ray_port_blocks"
+    claims = claims_dir(temp.parent)
     log = temp / "ray_start.log"
     # Slurm signals every process of the step, Ray's too: they ignore USR2 (inherited through
     # exec), so that `ray start` stops them on the SIGTERM sent below, not dies of it at once.

@@ -111,3 +111,57 @@ def test_a_block_taken_after_the_check_is_retried_with_another(short_tmp):
     assert f"failed on ports {first}-{first + ray_node.BLOCK - 1}" in out, out
     assert "trying another block" in out and f"ports {port}-" in out, out
     assert node.returncode == 0 and not list(claims.iterdir()), out
+
+
+OTHER_USER = ("nobody", "nogroup")
+AS_OTHER_USER = pytest.mark.skipif(os.getuid() != 0 or shutil.which("setpriv") is None,
+                                   reason="runs a claim as another user: needs root and setpriv")
+
+
+@pytest.fixture
+def shared_tmp():
+    """A directory every user writes to, sticky, as /tmp on a shared node."""
+    path = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _claim_as_other_user(parent: Path, job: str) -> subprocess.CompletedProcess:
+    code = (f"import importlib.util, pathlib; s = importlib.util.spec_from_file_location("
+            f"'n', {str(ROOT / 'slurm' / 'ray_node.py')!r}); n = importlib.util.module_from_"
+            f"spec(s); s.loader.exec_module(n); c = n.claims_dir(pathlib.Path({str(parent)!r}))"
+            f"; print(c.name, n.port_block({job!r}, '0', c))")
+    user, group = OTHER_USER
+    return subprocess.run(["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups",
+                           sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd="/")
+
+
+@AS_OTHER_USER
+def test_another_users_job_on_the_node_claims_beside_roots_claims(shared_tmp):
+    # A root job ran on the node first: the claims directory is root's, and so are its claims.
+    claims = ray_node.claims_dir(shared_tmp)
+    assert claims.name == "ray_port_blocks" and claims.stat().st_mode & 0o7777 == 0o1777
+    mine = ray_node.port_block("51", "0", claims)  # held: this process is alive
+    other = _claim_as_other_user(shared_tmp, "51")
+    assert other.returncode == 0 and not other.stderr, other.stderr
+    name, theirs = other.stdout.split()
+    assert name == "ray_port_blocks" and int(theirs) != mine
+    # Root's job died without releasing: its claim is not the other user's to remove, so
+    # the other user takes another block; its own dead claim it takes over.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (claims / str(mine)).write_text(dead)
+    again = _claim_as_other_user(shared_tmp, "51")
+    assert again.returncode == 0 and not again.stderr, again.stderr
+    assert again.stdout.split() == ["ray_port_blocks", theirs]
+    assert (claims / str(mine)).read_text() == dead
+
+
+@AS_OTHER_USER
+def test_a_claims_directory_another_user_cannot_write_gives_way_to_ones_own(shared_tmp):
+    (shared_tmp / "ray_port_blocks").mkdir(mode=0o755)  # an older run's, root's alone
+    other = _claim_as_other_user(shared_tmp, "52")
+    assert other.returncode == 0 and not other.stderr, other.stderr
+    assert other.stdout.split()[0] == f"ray_port_blocks.{65534}"
