@@ -149,20 +149,51 @@ def node_ip() -> str:
             return socket.gethostbyname(socket.gethostname())
 
 
-def slurm_resources() -> list[str]:
-    """`ray start` flags for what Slurm gave this job on this node: its CPUs, the GPUs in
-    CUDA_VISIBLE_DEVICES (Slurm sets it for a job given GPUs; none else, so that Ray never
-    counts another job's GPUs) and, under --mem, an object store of 30% of that memory (Ray's
-    default share, of the node's memory, would overrun the job's limit)."""
-    flags = ["--num-cpus", os.environ.get("SLURM_CPUS_ON_NODE", "1")]
-    flags += ["--num-gpus", str(len(given_gpus()))]
-    mem_mb = os.environ.get("SLURM_MEM_PER_NODE")
-    if not mem_mb and os.environ.get("SLURM_MEM_PER_CPU"):
-        mem_mb = str(int(os.environ["SLURM_MEM_PER_CPU"])
-                     * int(os.environ.get("SLURM_CPUS_ON_NODE", "1")))
+def node_cpus(name: str) -> int:
+    """The CPUs this node's Ray may use: Slurm's count (SLURM_CPUS_ON_NODE), or fewer where the
+    step's affinity mask holds fewer (a step without --cpus-per-task on some releases and
+    task/affinity or task/cgroup setups), said in one line: Ray would otherwise start trials
+    on CPUs the step cannot run on."""
+    given = int(os.environ.get("SLURM_CPUS_ON_NODE", "1"))
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else given
+    if usable < given:
+        print(f"ray_node: {name}: warning: Slurm gave the job {given} CPUs here, this step may "
+              f"run on {usable} (its affinity mask): Ray counts {usable}", flush=True)
+    return min(given, usable)
+
+
+def job_memory_mb() -> int | None:
+    """The job's memory on this node in MB, as sbatch asked it: --mem, --mem-per-cpu (times
+    the node's CPUs) or --mem-per-gpu (times its GPUs); None without any."""
+    if os.environ.get("SLURM_MEM_PER_NODE"):
+        return int(os.environ["SLURM_MEM_PER_NODE"])
+    if os.environ.get("SLURM_MEM_PER_CPU"):
+        return int(os.environ["SLURM_MEM_PER_CPU"]) * int(os.environ.get("SLURM_CPUS_ON_NODE",
+                                                                            "1"))
+    if os.environ.get("SLURM_MEM_PER_GPU") and given_gpus():
+        return int(os.environ["SLURM_MEM_PER_GPU"]) * len(given_gpus())
+    return None
+
+
+def slurm_resources(name: str = "") -> tuple[list[str], dict[str, str]]:
+    """`ray start` flags and environment for what Slurm gave this job on this node: its CPUs
+    (`node_cpus`), the GPUs in CUDA_VISIBLE_DEVICES (Slurm sets it for a job given GPUs; none
+    else, so that Ray never counts another job's GPUs), and under a memory request an object
+    store of 30% of it (Ray's default share, of the node's memory, would overrun the job's
+    limit) and the rest as Ray's memory resource. No idle workers are prestarted: each would
+    hold memory the trials need. Ray's memory monitor is left as it is: it reads the node's
+    use (every user's) or the cgroup at /sys/fs/cgroup's root, not the job's cgroup, so a
+    threshold set from the job's memory would kill trials for others' memory
+    (docs/CLUSTER.md, "Memory")."""
+    flags = ["--num-cpus", str(node_cpus(name)), "--num-gpus", str(len(given_gpus()))]
+    # The raylet prestarts a worker per CPU when the first driver joins, unless told not to.
+    env = {"RAY_prestart_worker_first_driver": "0"}
+    mem_mb = job_memory_mb()
     if mem_mb:
-        flags += ["--object-store-memory", str(max(100, int(mem_mb) * 3 // 10) * 1024 ** 2)]
-    return flags
+        store = max(100, mem_mb * 3 // 10)
+        flags += ["--object-store-memory", str(store * 1024 ** 2),
+                  "--memory", str(max(100, mem_mb - store) * 1024 ** 2)]
+    return flags, env
 
 
 # What torch on this node can do with the GPUs it is given: its version and CUDA build, what
@@ -262,9 +293,10 @@ def check_gpus(name: str) -> int:
     return 2
 
 
-def ray_command(role: str, name: str, temp: Path, first: int, head: str | None
-                ) -> tuple[list[str], dict[str, int], str]:
-    """`ray start` for this node on the block at `first`; its ports; the head's IP."""
+def ray_command(role: str, name: str, temp: Path, first: int, head: str | None,
+                resources: list[str]) -> tuple[list[str], dict[str, int], str]:
+    """`ray start` for this node on the block at `first` with `resources` (`slurm_resources`);
+    its ports; the head's IP."""
     ports = dict(zip(FIXED, range(first, first + len(FIXED)), strict=False))
     if role == "worker":  # the head's own ports only on the head
         for key in ("port", "ray-client-server-port", "dashboard-port"):
@@ -279,7 +311,7 @@ def ray_command(role: str, name: str, temp: Path, first: int, head: str | None
            "--min-worker-port", str(first + WORKER_PORTS),
            "--max-worker-port", str(first + BLOCK - 1),
            "--resources", json.dumps({f"slurm_node:{name}": 1}),
-           *[f"--{key}={value}" for key, value in ports.items()], *slurm_resources()]
+           *[f"--{key}={value}" for key, value in ports.items()], *resources]
     cmd += (["--head", "--node-ip-address", ip, "--include-dashboard", "false"]
             if role == "head" else ["--address", str(head)])
     return cmd, ports, ip
@@ -311,6 +343,7 @@ def main(argv: list[str]) -> int:
 
     tried: set[int] = set()
     first = 0
+    resources, ray_env = slurm_resources(name)
     try:
         for attempt in range(1, TRIES + 1):
             # Empty: a SIGKILLed run's under the same job id and run, or the last attempt's.
@@ -321,9 +354,10 @@ def main(argv: list[str]) -> int:
                                frozenset(tried))
             tried.add(first)
             cmd, ports, ip = ray_command(role, name, temp, first,
-                                         argv[2] if role == "worker" else None)
+                                         argv[2] if role == "worker" else None, resources)
             with open(log, "w") as out:
                 procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                              env={**os.environ, **ray_env},
                                               start_new_session=True))
             if attempt == 1:
                 for sig in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):

@@ -200,6 +200,6 @@ def test_gres_without_device_files_is_no_gpu(tmp_path, monkeypatch):
     spec.loader.exec_module(node)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "NoDevFiles")
     assert node.given_gpus() == [] and node.check_gpus("n1") == 0
-    assert node.slurm_resources()[2:4] == ["--num-gpus", "0"]
+    assert node.slurm_resources()[0][2:4] == ["--num-gpus", "0"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert node.given_gpus() == ["0", "1"]

@@ -165,3 +165,47 @@ def test_a_claims_directory_another_user_cannot_write_gives_way_to_ones_own(shar
     other = _claim_as_other_user(shared_tmp, "52")
     assert other.returncode == 0 and not other.stderr, other.stderr
     assert other.stdout.split()[0] == f"ray_port_blocks.{65534}"
+
+
+def _resources(monkeypatch, env: dict[str, str], affinity: int = 64
+               ) -> tuple[list[str], dict[str, str]]:
+    for key in ("SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE", "SLURM_MEM_PER_CPU",
+                "SLURM_MEM_PER_GPU", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(ray_node.os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    flags, ray_env = ray_node.slurm_resources("n1")
+    return flags, ray_env
+
+
+def _flag(flags: list[str], name: str) -> str | None:
+    return flags[flags.index(name) + 1] if name in flags else None
+
+
+def test_rays_cpus_are_the_steps_affinity_mask_when_it_holds_fewer_than_slurm_says(
+        monkeypatch, capsys):
+    flags, _ = _resources(monkeypatch, {"SLURM_CPUS_ON_NODE": "8"}, affinity=2)
+    assert _flag(flags, "--num-cpus") == "2"
+    assert ("n1: warning: Slurm gave the job 8 CPUs here, this step may run on 2 (its "
+            "affinity mask): Ray counts 2") in capsys.readouterr().out
+    flags, _ = _resources(monkeypatch, {"SLURM_CPUS_ON_NODE": "8"}, affinity=8)
+    assert _flag(flags, "--num-cpus") == "8" and "warning" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("env", "job_mb"), [
+    ({"SLURM_MEM_PER_NODE": "64000"}, 64000),
+    ({"SLURM_MEM_PER_CPU": "4000", "SLURM_CPUS_ON_NODE": "8"}, 32000),
+    ({"SLURM_MEM_PER_GPU": "16000", "CUDA_VISIBLE_DEVICES": "0,1"}, 32000),
+    ({}, None),
+])
+def test_rays_object_store_and_memory_follow_the_jobs_memory_not_the_nodes(monkeypatch, env,
+                                                                           job_mb):
+    flags, ray_env = _resources(monkeypatch, {"SLURM_CPUS_ON_NODE": "8", **env})
+    assert ray_env["RAY_prestart_worker_first_driver"] == "0"  # no idle workers
+    if job_mb is None:  # no memory asked: Ray's own defaults
+        assert "--memory" not in flags and "--object-store-memory" not in flags
+        return
+    mib = 1024 ** 2
+    store, memory = int(_flag(flags, "--object-store-memory")), int(_flag(flags, "--memory"))
+    assert store == job_mb * 3 // 10 * mib and store + memory == job_mb * mib
