@@ -69,7 +69,7 @@ MI_EVAL_EVERY_PAPER = 15
 
 DIGITS: dict[str, dict[str, object]] = {
     # The embedded 5k subset on CPU, 4 trials in minutes. lr, batch size, K, the joint theta
-    # update and the standardised critic were chosen by measurement (README, "Presets";
+    # update and the standardised critic were chosen by measurement (docs/PRESETS.md;
     # docs/MEASURED.md, "What keeps lam = 1 up on every seed", "Screen on the embedded data").
     "quick": {
         "source": "mnist5k", "sigma": [0.03, 0.045], "lam": [0.0, 1.0], "seeds": [0],

@@ -55,7 +55,7 @@ class ImdbSettings:
 
 
 # IMDB faces (Table 2): train split {EB1, EB2} x lam x K x seeds. Both
-# presets need --root: the IMDB-WIKI imdb_crop release is user-supplied (README, "IMDB").
+# presets need --root: the IMDB-WIKI imdb_crop release is user-supplied (README, "Data").
 IMDB: dict[str, dict[str, object]] = {
     # A CPU smoke run of the whole pipeline (4 trials, 2 epochs, 240 training images, 240
     # per evaluation split); its accuracies are not the paper's. lr 1e-4, not the paper's
