@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 62 on a lent GPU (the `device` tool's `run`), in the order the issue asks, committing
-# what comes back after each call. The device machine has torch, pandas, pyarrow and
+# Table 1 under the paper's protocol on a lent GPU (the `device` tool's `run`), one step
+# after another, committing what comes back after each call. The device machine has torch, pandas, pyarrow and
 # torchvision, no Ray and no network: the code runs without Ray (sweeps/piece.py), and MNIST
 # travels gzipped in the ignored folder .gpu. Once, here, from the project root:
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 68's screens on full MNIST, seed 0, one sweep after another (docs/MEASURED.md, "Group
+# Group DRO's and balanced MI's screens on full MNIST, seed 0, one sweep after another (docs/MEASURED.md, "Group
 # DRO as published, and balanced MI"): Group DRO as published at each (eta, weight decay) of
 # the grid, then mi_backprop under group-balanced MI at lam 0 / .3 / 1 / 3, on Biased MNIST
 # (rho .997) and Colored MNIST (sigma .030). PARTS="dro" or "balanced" runs one of them;

@@ -1,4 +1,5 @@
-"""The label-free picks of issue 68's screens (bench/group_screen.sh), across sweeps.
+"""The label-free picks of the Group DRO and balanced-MI screens (bench/group_screen.sh),
+across sweeps.
 
 Group DRO's screen is one sweep per (eta, weight decay): table.md's rules pick a lambda
 within a sweep, so the choice among the variants is made here, by the same rules, each

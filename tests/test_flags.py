@@ -54,7 +54,7 @@ CHANGED = {
     ("critic_ablation", "--preset"): {"choices", "probes"},
 }
 
-# The ablations' drivers became presets of digits (issue 69): a record of theirs is checked
+# The ablations' drivers became presets of digits: a record of theirs is checked
 # against digits_grid's flags, and their preset P against digits' <driver>_P.
 ABLATIONS = ("k_ablation", "critic_ablation")
 

@@ -66,8 +66,8 @@ def test_rows_pick_passes_over_a_failed_estimate(tmp_path):
 
 
 def test_rows_pick_reads_the_committed_rows():
-    """Colored MNIST's balanced-MI rows at lambda .3 and 1 (MEASURED, issue 68): the label-free
-    rule takes lambda 1 at 8 of 9 points."""
+    """Colored MNIST's balanced-MI rows at lambda .3 and 1 (docs/MEASURED.md, balanced MI):
+    the label-free rule takes lambda 1 at 8 of 9 points."""
     out = subprocess.run(
         [sys.executable, str(PATH), "--rows",
          f"λ .3={ROWS / 'digits_balanced_rows_lam0.3.csv'}",

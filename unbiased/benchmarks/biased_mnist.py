@@ -188,13 +188,14 @@ PRESETS: dict[str, dict[str, object]] = {
     "cpu": {**_digits_preset("cpu"), "source": "mnist", "rho": [0.997, 0.999],
             "lam": [0.0, 1.0], "seeds": [0]},
 }
-# group_reweight and group_dro's lambda screen (issue 64): the cpu protocol at rho .997, seed
+# group_reweight and group_dro's lambda screen: the cpu protocol at rho .997, seed
 # 0, the digits screen's lambdas for them; table.md's label-free rules pick each one's.
 PRESETS["group_screen"] = {**PRESETS["cpu"], "rho": [0.997], **colored_digits.GROUP_LAMS}
 # Their rows beside the cpu grid's (bench/results/biased_mnist_grid, whose ERM they share):
 # both rhos x seeds 0-2 at the screen's picks (`--lam-of`), as digits' `groups`.
 PRESETS["groups"] = {**PRESETS["cpu"], **colored_digits.GROUP_ROWS}
-# Issue 68's screens at rho .997 and rows at both rhos, as digits' (its groups: y x colour).
+# Group DRO's and balanced MI's screens at rho .997 and rows at both rhos, as digits' (its
+# groups: y x colour).
 for _name, _values in colored_digits.BALANCED_SCREENS.items():
     PRESETS[_name] = {**PRESETS["cpu"], "rho": [0.997], **_values}
 PRESETS["balanced_rows"]["rho"] = [0.997, 0.999]

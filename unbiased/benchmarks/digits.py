@@ -122,12 +122,12 @@ DIGITS["screen"] = {
     "method": ["mi_backprop", "confusion", "lntl", "hsic"], "lam": [0.0, 0.3, 1.0, 3.0],
     "method_lam": {"lntl": [0.001, 0.01, 0.1, 1.0]},
 }
-# The field's simplest methods that use c as ours does (issue 64), screened the same way:
+# The field's simplest methods that use c as ours does, screened the same way:
 # Group DRO on the penalty scale of the others, group reweighting at powers of the inverse
 # group frequency up to 1 (every present group the same weight; above it the few rows of
 # the rarest groups would outweigh the rest).
 # Group DRO here is this project's first variant (`dro_loss penalty`, uniform batches), as
-# the rows of issue 64 ran it; the published method is `dro_screen` / `balanced_rows`.
+# the first group rows ran it; the published method is `dro_screen` / `balanced_rows`.
 DRO_PENALTY = {"dro_loss": "penalty", "sampler": "uniform"}
 GROUP_LAMS = {"lam": [0.0, 0.3, 1.0, 3.0], "method": ["group_reweight", "group_dro"],
               "method_lam": {"group_reweight": [0.25, 0.5, 1.0]}, **DRO_PENALTY}
@@ -138,7 +138,7 @@ DIGITS["group_screen"] = {**DIGITS["cpu"], "sigma": [0.03], "seeds": [0], **GROU
 GROUP_ROWS = {"method": ["group_reweight", "group_dro"], "lam": [1.0], "seeds": [0, 1, 2],
               **DRO_PENALTY}
 DIGITS["groups"] = {**DIGITS["cpu"], "sigma": [0.02, 0.03, 0.05], **GROUP_ROWS}
-# Issue 68: Group DRO as published and mi_backprop under group-balanced MI, with every
+# Group DRO as published and mi_backprop under group-balanced MI, with every
 # estimate the label-free rules read group-balanced too (docs/METRICS.md, "Balanced MI").
 # `dro_screen`: group_dro alone at one lam (lam > 0 only switches the robust loss on), run
 # once per (--dro-step, --weight-decay) of the screen (bench/group_screen.sh).
