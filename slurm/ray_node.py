@@ -138,15 +138,36 @@ def release(claims: Path, first: int) -> None:
         pass
 
 
-def node_ip() -> str:
-    """The address other nodes reach this one at: the interface of the default route (no
-    packet is sent), else what the hostname resolves to."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+HEAD_IP_ENV = "SWEEP_HEAD_IP"  # the head's address, where the one found is not the right one
+
+
+def node_ip(name: str, peers: list[str]) -> str:
+    """The address the job's other nodes reach this one at: SWEEP_HEAD_IP where set; else the
+    interface of the route to another node of the job (no packet is sent), so neither
+    127.0.1.1 (what Debian's /etc/hosts gives the hostname) nor the first interface of a
+    node with several networks; else the default route's; else what the hostname resolves
+    to."""
+    override = os.environ.get(HEAD_IP_ENV, "").strip()
+    if override:
+        return override
+    targets = []
+    for peer in peers:
+        if peer == name:
+            continue
         try:
-            s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
-        except OSError:
-            return socket.gethostbyname(socket.gethostname())
+            targets.append(socket.getaddrinfo(peer, None, socket.AF_INET)[0][4][0])
+        except (OSError, IndexError):
+            continue
+    for target in [*targets, "10.255.255.255"]:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.connect((target, 1))
+            except OSError:
+                continue
+            ip = s.getsockname()[0]
+        if not ip.startswith("127."):
+            return ip
+    return socket.gethostbyname(socket.gethostname())
 
 
 def node_cpus(name: str) -> int:
@@ -305,7 +326,8 @@ def ray_command(role: str, name: str, temp: Path, first: int, head: str | None,
         # Ray starts its client server (default port 10001) only where `ray[client]` is
         # installed, and refuses a port for it where it is not.
         del ports["ray-client-server-port"]
-    ip = node_ip() if role == "head" else ""
+    peers = [p for p in os.environ.get("SWEEP_JOB_NODES", "").split(",") if p]
+    ip = node_ip(name, peers) if role == "head" else ""
     cmd = [str(Path(sys.executable).with_name("ray")), "start", "--block",
            "--temp-dir", str(temp), "--disable-usage-stats",
            "--min-worker-port", str(first + WORKER_PORTS),

@@ -61,8 +61,18 @@ def init_local_ray() -> None:
 
 # The batch script (slurm/sweep.sbatch) says how many nodes its Ray will have: the driver waits
 # for them to join before it compares a trial's ask with what the nodes have.
-EXPECT_NODES_ENV = "SWEEP_EXPECT_NODES"
-NODES_WAIT_S = 45.0
+EXPECT_NODES_ENV = "SWEEP_EXPECT_NODES"  # the job's node names, comma-separated (or a count)
+NODES_WAIT_ENV = "SWEEP_NODES_WAIT_S"
+NODES_WAIT_S = 120.0  # `ray start` on a worker: seconds; a node that takes longer is lost
+
+
+def expected_nodes() -> list[str]:
+    """The nodes the batch script started Ray on (SWEEP_EXPECT_NODES): their names, or as many
+    empty names as a count says."""
+    value = os.environ.get(EXPECT_NODES_ENV, "").strip()
+    if value.isdigit():
+        return [""] * int(value)
+    return [n for n in value.split(",") if n]
 # Where a cluster started by `ray up` lists the node types its autoscaler may add (Tune's own
 # test for an autoscaling cluster): present on its head.
 AUTOSCALER_CONFIG = Path("~/ray_bootstrap_config.yaml")
@@ -108,6 +118,27 @@ def cluster_nodes(expect: int = 0, timeout_s: float = NODES_WAIT_S) -> list[Node
     return sorted(shapes, key=lambda s: s.name) + autoscaler_node_types()
 
 
+def check_all_joined(address: str | None, expect: list[str], nodes: list[NodeShape],
+                     wait_s: float) -> None:
+    """Refuse (SweepError) a run where fewer nodes joined than the batch script started Ray
+    on, naming those missing and the head address they were given."""
+    joined = [n for n in nodes if not n.may_add]
+    if len(joined) >= len(expect):
+        return
+    names = {n.name for n in joined}
+    missing = [n for n in expect if n and n not in names]
+    who = ", ".join(missing) if missing else f"{len(expect) - len(joined)} of them"
+    raise SweepError(
+        f"{len(joined)} of the job's {len(expect)} nodes joined the Ray at {address} within "
+        f"{wait_s:g} s ({SWEEP_NODES_HINT}): {who} did not. Their `ray start` was given "
+        f"{address}: a node that cannot reach it (a firewall, another network: set "
+        f"SWEEP_HEAD_IP to the head's address on the job's network) or whose Ray cannot "
+        f"start (its lines above)")
+
+
+SWEEP_NODES_HINT = f"{NODES_WAIT_ENV} waits longer"
+
+
 def autoscaler_node_types(path: Path = AUTOSCALER_CONFIG) -> list[NodeShape]:
     """The node types of a `ray up` cluster's config that the autoscaler may start."""
     path = path.expanduser()
@@ -130,7 +161,10 @@ def check_resources(address: str | None, cpus: float, gpus: float,
     Ray it joined has: Ray would wait for such a node forever (nothing autoscales under
     Slurm). Says which nodes there are when the Ray is a cluster's (`address`)."""
     if nodes is None:
-        nodes = cluster_nodes(int(os.environ.get(EXPECT_NODES_ENV) or 0))
+        expect = expected_nodes()
+        wait_s = float(os.environ.get(NODES_WAIT_ENV) or NODES_WAIT_S)
+        nodes = cluster_nodes(len(expect), wait_s)
+        check_all_joined(address, expect, nodes, wait_s)
     if address:
         print(f"Ray at {address}: " + ", ".join(n.describe() for n in nodes), flush=True)
     if any(n.cpus >= cpus and n.gpus >= gpus for n in nodes):

@@ -14,7 +14,13 @@ import pytest
 
 from sweeps.common import SweepError
 from sweeps.ending import reachable, write_progress
-from sweeps.ray_init import NodeShape, autoscaler_node_types, check_resources
+from sweeps.ray_init import (
+    NodeShape,
+    autoscaler_node_types,
+    check_all_joined,
+    check_resources,
+    expected_nodes,
+)
 from tests.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,3 +173,28 @@ def test_an_autoscaling_clusters_node_types_count_as_nodes(tmp_path):
     assert types == [NodeShape("gpu_worker", 8, 1, may_add=True)]
     check_resources("h:1", 1, 1, [NodeShape("head", 4, 0), *types])  # a GPU node may come
     assert autoscaler_node_types(tmp_path / "none.yaml") == []
+
+
+def test_a_job_whose_nodes_did_not_all_join_stops_naming_them_and_the_head_address():
+    # A 4-node job of which only n1 joined must not run on 1 node without a word.
+    with pytest.raises(SweepError) as refused:
+        check_all_joined("10.0.0.5:20000", ["n1", "n2", "n3", "n4"], [NodeShape("n1", 8, 1)],
+                         120)
+    message = str(refused.value)
+    assert message.startswith("1 of the job's 4 nodes joined the Ray at 10.0.0.5:20000 within "
+                              "120 s (SWEEP_NODES_WAIT_S waits longer): n2, n3, n4 did not.")
+    assert "was given 10.0.0.5:20000" in message and "SWEEP_HEAD_IP" in message
+    assert "\n" not in message
+    with pytest.raises(SweepError, match="1 of them did not"):
+        check_all_joined("h:1", ["", ""], [NodeShape("n1", 2, 0)], 5)
+    check_all_joined("h:1", ["n1", "n2"], NODES, 5)  # all there
+    check_all_joined(None, [], NODES, 5)  # not a batch job: nothing expected
+
+
+def test_the_batch_scripts_node_list_is_read_by_name_or_count(monkeypatch):
+    monkeypatch.setenv("SWEEP_EXPECT_NODES", "n1,n2")
+    assert expected_nodes() == ["n1", "n2"]
+    monkeypatch.setenv("SWEEP_EXPECT_NODES", "3")
+    assert expected_nodes() == ["", "", ""]
+    monkeypatch.delenv("SWEEP_EXPECT_NODES")
+    assert expected_nodes() == []

@@ -209,3 +209,20 @@ def test_rays_object_store_and_memory_follow_the_jobs_memory_not_the_nodes(monke
     mib = 1024 ** 2
     store, memory = int(_flag(flags, "--object-store-memory")), int(_flag(flags, "--memory"))
     assert store == job_mb * 3 // 10 * mib and store + memory == job_mb * mib
+
+
+def test_the_heads_address_is_one_other_nodes_reach_or_the_one_given(monkeypatch):
+    monkeypatch.delenv("SWEEP_HEAD_IP", raising=False)
+    # A peer that resolves to this host's loopback (as 127.0.1.1 on Debian): not an address
+    # another machine reaches; the default route's interface (or the hostname's) instead.
+    ip = ray_node.node_ip("n1", ["n1", "localhost"])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+            routed = s.getsockname()[0]
+        except OSError:
+            routed = None
+    if routed is not None and not routed.startswith("127."):
+        assert ip == routed
+    monkeypatch.setenv("SWEEP_HEAD_IP", "10.1.2.3")
+    assert ray_node.node_ip("n1", ["n2"]) == "10.1.2.3"

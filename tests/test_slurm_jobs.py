@@ -12,6 +12,7 @@ Slurm started here whose nodes have 2 CPUs and 2 GPUs as GRES each (tests/slurm_
 from __future__ import annotations
 
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -182,3 +183,35 @@ def test_a_sweep_that_finished_or_makes_no_progress_is_not_requeued(slurm, tmp_p
     assert "requeued; the next run continues with --resume" in text
     assert ("2 runs in a row without a new epoch (SWEEP_MAX_IDLE_REQUEUES=2): not requeued"
             in text), text[-3000:]
+
+
+def test_a_node_whose_ray_cannot_start_stops_the_job_naming_it(slurm, tmp_path):
+    # n2's `ray start` fails (a stand-in for a node that cannot start Ray or reach the head):
+    # the job must not run on n1 alone without a word.
+    python = tmp_path / "node_python.sh"
+    python.write_text(f"""#!/bin/bash
+if [[ $SLURMD_NODENAME == n2 && $1 == slurm/ray_node.py && $2 == worker ]]; then
+  echo "ray_node: n2: Ray cannot start here (test)" >&2
+  exit 1
+fi
+exec {sys.executable} "$@"
+""")
+    python.chmod(0o755)
+    log = tmp_path / "unjoined.log"
+    started = time.monotonic()
+    job = slurm.sbatch(log, "--time=10", str(SCRIPT), *SWEEP, "--epochs", "1",
+                       "--out", str(tmp_path / "out"),
+                       env={"SWEEP_PYTHON": str(python), "SWEEP_NODES_WAIT_S": "20"})
+    _until(lambda: _ended(slurm, job), "the job with a missing node ends", 150,
+           _logs(slurm, log))
+    took = time.monotonic() - started
+    info, text = slurm.job(job), log.read_text()
+    assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0", text[-3000:]
+    assert info["Restarts"] == "0"
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, text[-3000:]
+    assert re.match(r"error: 1 of the job's 2 nodes joined the Ray at (\S+) within 20 s "
+                    r"\(SWEEP_NODES_WAIT_S waits longer\): n2 did not\. Their `ray start` was "
+                    r"given \1", errors[0]), errors[0]
+    assert "Traceback" not in text and "epoch 1/" not in text
+    assert took < 120, took  # the wait, with the job's start and Ray's
