@@ -36,6 +36,7 @@ from sweeps.outputs import (
 from sweeps.ray_init import check_resources, init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
+from sweeps.signals import defer_stop_signals
 from trainables.record import Records, trial_key
 from unbiased.benchmarks.spec import BenchmarkSpec
 from unbiased.settings import POINT_KEY, SETTINGS_KEY, WARM_FROM, TrialSettings, flat_point
@@ -377,6 +378,7 @@ def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
     checked, the data loaded once and described (facts for experiment.json, lines printed),
     the trackers started, and the start line: `trials` says what runs, `tail` ends it.
     Returns the loaded objects the trials get. Raises SweepError."""
+    defer_stop_signals()
     if running:
         check_local_gpu(args)
         check_storage_reachable(args)

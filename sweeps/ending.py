@@ -12,9 +12,9 @@ Why a driver joined to a Ray it did not start could outlive its work (slurm/swee
   Ray's native teardown, where a Python thread cannot run any more): `end_driver` leaves Ray
   (EXIT_GRACE_S at most) and ends the process itself.
 
-`SWEEP_PROGRESS_FILE` (set by the batch script): where the driver writes, after Tune's run,
-how many of the sweep's trials and epochs are done, so that the script never requeues a
-finished sweep and stops requeueing one that makes no progress.
+`SWEEP_PROGRESS_FILE` (set by the batch script): where the driver writes, on every result,
+how many of the sweep's trials are done and how many epochs this run trained, so that the
+script never requeues a finished sweep and stops requeueing one that makes no progress.
 """
 
 from __future__ import annotations
@@ -170,21 +170,23 @@ class StopWatch:
                                + self.message(signum))
 
 
-_PROGRESS: dict[str, tuple[int, int, int]] = {}  # experiment -> trials, finished, epochs
+_PROGRESS: dict[str, tuple[int, int]] = {}  # experiment -> trials, finished
+_NEW_EPOCHS = [0]  # epochs trained by this driver (restored ones, told again, not counted)
 
 
-def write_progress(experiment: str, results: list, n_trials: int,
-                   finished: Callable[[object], bool]) -> None:
-    """SWEEP_PROGRESS_FILE (when set): the trials finished and the epochs reported so far by
-    this driver's experiments (a lambda search runs several), as JSON, written whole."""
+def write_progress(experiment: str, trials: int, finished: int, new_epochs: int = 0) -> None:
+    """SWEEP_PROGRESS_FILE (when set): the trials of this driver's experiments (a lambda search
+    runs several), how many have finished (earlier runs' too), and how many epochs this run
+    trained, as JSON, written whole. Written on every result, so a driver stopped anywhere
+    has said how far it got."""
+    _NEW_EPOCHS[0] += new_epochs
     path = os.environ.get(PROGRESS_ENV)
     if not path:
         return
-    _PROGRESS[experiment] = (max(n_trials, len(results)), sum(1 for r in results if finished(r)),
-                             sum(int((r.metrics or {}).get("training_iteration") or 0)
-                                 for r in results))
+    _PROGRESS[experiment] = (trials, finished)
     totals = [sum(column) for column in zip(*_PROGRESS.values(), strict=True)]
     tmp = f"{path}.part"
     with open(tmp, "w") as out:
-        json.dump(dict(zip(("trials", "finished", "epochs"), totals, strict=True)), out)
+        json.dump({"trials": totals[0], "finished": totals[1], "new_epochs": _NEW_EPOCHS[0]},
+                  out)
     os.replace(tmp, path)

@@ -40,12 +40,14 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     grid = None
     with StopSignals(args) as stop:
         try:
-            grid = tuner.fit()
+            if stop.received is None:  # else a signal came before this run: none starts
+                grid = tuner.fit()
         except KeyboardInterrupt:  # a second signal
             if stop.received is None:
                 raise
     results = list(grid) if grid is not None else []
-    write_progress(experiment, results, n_trials, finished)
+    write_progress(experiment, n_trials + n_done, n_done + sum(1 for r in results
+                                                               if finished(r)))
     if stop.received is not None:
         if grid is None or len(results) < n_trials or not all(finished(r) for r in results):
             stop.exit()
@@ -75,7 +77,7 @@ def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_s
             stop=stopper(),
             verbose=0,
             callbacks=[progress_callback(param_keys, n_trials + n_done, n_done,
-                                         Records.at(storage, experiment)),
+                                         Records.at(storage, experiment), experiment),
                        *trackers.callbacks(args, param_keys)],
         ),
     )
@@ -94,7 +96,7 @@ def make_scheduler(args: SweepArgs):
 
 
 def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 0,
-                      records: Records | None = None):
+                      records: Records | None = None, experiment: str = ""):
     """One line per trial per epoch instead of Tune's wide tables; `n_done` of the
     `n_trials` finished in earlier launches. A trial that ends here (its last epoch, or
     stopped early by the scheduler), not by a stop signal, is marked ended in its record:
@@ -116,6 +118,7 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
         def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
             if result.get(RESTORED):
                 return  # an epoch an earlier launch ran, told again to the trackers
+            write_progress(experiment, n_trials, self.done, new_epochs=1)
             if result.get("device_error"):
                 self.device_failed.add(trial.trial_id)
                 print(f"[{time.time() - self.start:6.0f}s] {self._tag(trial)}: error: "
@@ -150,6 +153,7 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
                 records.end(key, "ended")
             self.done = n_done + sum(1 for t in trials if t is trial
                                      or t.status == t.TERMINATED)
+            write_progress(experiment, n_trials, self.done)
             print(f"[{time.time() - self.start:6.0f}s] finished {self.done}/{n_trials}: "
                   f"{self._tag(trial)}", flush=True)
 

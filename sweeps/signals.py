@@ -63,6 +63,34 @@ def stopper():
     return StopOnSignal()
 
 
+# A stop signal that came outside a Tune run (before the first, between a lambda search's
+# studies or a warm start's parts, while the outputs are written): `defer_stop_signals`.
+PENDING: list[int] = []
+
+
+def defer_stop_signals() -> None:
+    """From a sweep's start to its end, outside Tune's runs (StopSignals covers those), a
+    SIGTERM or SIGINT is kept instead of killing the driver where it stands: the next Tune run
+    does not start (the driver stops with the resume line, exit 128 + the signal, as a stop
+    during a run does) and outputs being written are finished first. A second signal stops at
+    once. Under Slurm a walltime signal anywhere thus ends as one inside the run does."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    PENDING.clear()
+
+    def keep(signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if PENDING:
+            print(f"{name} received again: stopping now", file=sys.stderr, flush=True)
+            raise SystemExit(128 + signum)
+        PENDING.append(signum)
+        print(f"{name} received: stopping before the next trials start (send it again to "
+              f"stop at once)", file=sys.stderr, flush=True)
+
+    for sig in StopSignals.SIGNALS:
+        signal.signal(sig, keep)
+
+
 class StopSignals:
     """SIGTERM (`timeout`, a batch scheduler, `kill`) and SIGINT (Ctrl-C) during a sweep: Tune
     stops the trials (`stopper`), then the driver shuts down the Ray it started and says how
@@ -85,6 +113,9 @@ class StopSignals:
         STOP.clear()
         for sig in self.SIGNALS:
             self._before[sig] = signal.signal(sig, self._handle)
+        if PENDING:  # it came before this run: the run does not start
+            self.received = PENDING[0]
+            STOP.set()
         self._quiet.__enter__()
         self.watch = StopWatch(gcs_address(), self.stopped_line, self.SIGNALS)
         return self

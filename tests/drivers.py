@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import signal
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 
@@ -32,11 +33,17 @@ def run_main(module: str, *argv: str) -> Ran:
     exception other than SystemExit propagates (a traceback: the test fails)."""
     main = importlib.import_module(f"sweeps.{module}").main
     out, err = io.StringIO(), io.StringIO()
+    # A driver keeps a stop signal for later from its start (sweeps/signals.py): the test
+    # process gets its own handlers back.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     with redirect_stdout(out), redirect_stderr(err):
         try:
             code = main(list(argv))
         except SystemExit as exc:
             code = exc.code
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
     if code is None:
         code = 0
     elif not isinstance(code, int):  # SystemExit("message"): printed, status 1

@@ -115,25 +115,49 @@ def test_after_a_stop_a_driver_held_by_a_live_ray_ends_after_the_grace():
     assert disarmed.returncode == 0 and disarmed.stdout == "went on\n", disarmed.stderr
 
 
-def test_progress_file_counts_finished_trials_and_epochs_over_the_experiments(tmp_path,
-                                                                                monkeypatch):
+def test_progress_file_counts_finished_trials_and_this_runs_epochs_over_the_experiments(
+        tmp_path, monkeypatch):
+    # A lambda search runs several experiments; trials finished in earlier runs count as
+    # finished, and only epochs trained in this run count as new (a requeued run that
+    # restores and finishes one trial made progress, whatever it reports again).
+    from sweeps import ending
+
+    monkeypatch.setattr(ending, "_PROGRESS", {})
+    monkeypatch.setattr(ending, "_NEW_EPOCHS", [0])
     path = tmp_path / "progress"
     monkeypatch.setenv("SWEEP_PROGRESS_FILE", str(path))
-
-    def result(epochs: int, done: bool) -> SimpleNamespace:
-        return SimpleNamespace(metrics={"training_iteration": epochs}, done=done)
-
-    finished = lambda r: r.done  # noqa: E731
-    write_progress("study_a", [result(4, True), result(2, False)], 2, finished)
-    assert json.loads(path.read_text()) == {"trials": 2, "finished": 1, "epochs": 6}
-    write_progress("study_b", [result(3, True)], 3, finished)  # 3 trials, 1 reported yet
-    assert json.loads(path.read_text()) == {"trials": 5, "finished": 2, "epochs": 9}
-    write_progress("study_a", [result(4, True), result(4, True)], 2, finished)
-    assert json.loads(path.read_text()) == {"trials": 5, "finished": 3, "epochs": 11}
+    write_progress("study_a", 2, 1, new_epochs=1)
+    assert json.loads(path.read_text()) == {"trials": 2, "finished": 1, "new_epochs": 1}
+    write_progress("study_b", 3, 0, new_epochs=2)
+    assert json.loads(path.read_text()) == {"trials": 5, "finished": 1, "new_epochs": 3}
+    write_progress("study_a", 2, 2)  # a trial ended, no new epoch
+    assert json.loads(path.read_text()) == {"trials": 5, "finished": 2, "new_epochs": 3}
     assert not list(tmp_path.glob("*.part"))
     monkeypatch.delenv("SWEEP_PROGRESS_FILE")
-    write_progress("study_c", [result(9, True)], 1, finished)  # no file asked: none written
-    assert json.loads(path.read_text())["epochs"] == 11
+    write_progress("study_c", 1, 1, new_epochs=4)  # no file asked: none written
+    assert json.loads(path.read_text())["new_epochs"] == 3
+
+
+def test_the_progress_callback_writes_every_new_epoch_and_skips_restored_ones(tmp_path,
+                                                                               monkeypatch):
+    from sweeps import ending
+    from sweeps.runner import progress_callback
+
+    monkeypatch.setattr(ending, "_PROGRESS", {})
+    monkeypatch.setattr(ending, "_NEW_EPOCHS", [0])
+    path = tmp_path / "progress"
+    monkeypatch.setenv("SWEEP_PROGRESS_FILE", str(path))
+    # 3 trials, 1 finished in an earlier run; this run restores a trial's 2 epochs, trains one
+    progress = progress_callback(("seed",), 3, n_done=1, experiment="grid")
+    trial = SimpleNamespace(trial_id="t", config={"epochs": 3, "point": {"seed": 1}},
+                            status="TERMINATED", TERMINATED="TERMINATED")
+    for epoch in (1, 2):
+        progress.on_trial_result(0, [trial], trial, {"epoch": epoch, "restored": True})
+    assert not path.exists()
+    progress.on_trial_result(0, [trial], trial, {"epoch": 3, "train_acc": 0.9})
+    assert json.loads(path.read_text()) == {"trials": 3, "finished": 1, "new_epochs": 1}
+    progress.on_trial_complete(0, [trial], trial)
+    assert json.loads(path.read_text()) == {"trials": 3, "finished": 2, "new_epochs": 1}
 
 
 NODES = [NodeShape("n1", 2, 0), NodeShape("n2", 2, 0)]
@@ -198,3 +222,29 @@ def test_the_batch_scripts_node_list_is_read_by_name_or_count(monkeypatch):
     assert expected_nodes() == ["", "", ""]
     monkeypatch.delenv("SWEEP_EXPECT_NODES")
     assert expected_nodes() == []
+
+
+DEFERRED = """\
+import os, signal, sys
+from types import SimpleNamespace
+from sweeps import signals
+signals.defer_stop_signals()
+os.kill(os.getpid(), signal.SIGTERM)  # between two Tune runs, or while outputs are written
+print("still here", signals.PENDING == [signal.SIGTERM], flush=True)
+with signals.StopSignals(SimpleNamespace(out="OUT")) as stop:  # the next run
+    print("run starts:", stop.received is None, "stop set:", signals.STOP.is_set(), flush=True)
+    stop.exit()
+"""
+
+
+def test_a_stop_signal_outside_a_tune_run_stops_the_next_run_with_the_resume_line():
+    proc = subprocess.run([sys.executable, "-c", DEFERRED, "--preset", "x"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.splitlines() == ["still here True", "run starts: False stop set: True"]
+    assert proc.returncode == 143, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == ("SIGTERM received: stopping before the next trials start (send it "
+                        "again to stop at once)")
+    assert lines[-1].startswith("stopped by SIGTERM; the finished epochs are saved in OUT. "
+                                "Continue with: python ")
+    assert lines[-1].endswith("--preset x --resume"), lines[-1]

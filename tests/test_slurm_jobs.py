@@ -146,7 +146,7 @@ import json, os, signal, sys, time
 progress = os.environ["SWEEP_PROGRESS_FILE"]
 if sys.argv[1] == "finished":  # what a driver whose trials all finished reports
     with open(progress, "w") as out:
-        json.dump({"trials": 2, "finished": 2, "epochs": 8}, out)
+        json.dump({"trials": 2, "finished": 2, "new_epochs": 8}, out)
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
 print("fake driver running", flush=True)
 time.sleep(600)
