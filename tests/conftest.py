@@ -1,11 +1,10 @@
 """Shared fixtures: one real local Ray per test session, small real data; the `ray` marker.
 
-A test that starts Ray, in the test or in a process it runs, or that runs a sweep driver in a
-subprocess (a Python start importing torch and Ray: seconds each, tens of them on a loaded
-machine) is marked `ray`, and `make test-fast` (`pytest -m "not ray and not system"`) leaves it
-out. Marked here: tests using a `RAY_FIXTURES` fixture, and tests whose code (or a helper of
-tests/ it calls) starts a driver or watches a Ray's processes (tests/processes.py). Others by
-hand; `slow` (over ~4 s idle) is always by hand.
+A test that starts Ray, in the test or in a process it runs, or that runs a sweep driver
+(a Python start importing torch and Ray: seconds each, tens of them on a loaded machine) is
+marked `ray` in its own file (`@pytest.mark.ray`, or `pytestmark` for a whole file), and `make
+test-fast` (`pytest -m "not ray and not system"`) leaves it out; so are `system` and `slow`
+(over ~4 s idle).
 
 `_no_ray_unless_marked` fails a test not marked `ray` that does either anyway: it runs with
 RAY_TMPDIR set to a directory of its own, which the processes it starts inherit (a Ray session
@@ -15,7 +14,6 @@ started), and a driver started through `subprocess` fails it at once.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import shutil
@@ -31,13 +29,6 @@ import pytest
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
-RAY_FIXTURES = frozenset({"ray_local"})
-# In a test's code: a sweep driver (sweeps/NAME.py or `-m sweeps`, except the export tool that
-# reads files only), or the tests/processes.py helpers, which watch a Ray's processes.
-_STARTS_RAY = re.compile(r"""sweeps["']?\s*/\s*["']?(?!export_epochs)\w+\.py"""
-                         r"""|["']-m["'],\s*["']sweeps["']|\bDRIVER\b"""
-                         r"""|\b(descendants|with_text|alive)\(""")
-_TESTS = Path(__file__).resolve().parent
 
 # A small LeNet for the tests that run real trials only to check the machinery (reports,
 # checkpoints, resume, stops, trackers, tables), never how well the network learns: 8
@@ -55,27 +46,6 @@ SMALL_NET_CONFIG = {"width": 8, "train_eval_rows": 500}  # a trial's config, the
 ONE_AT_A_TIME = ["--cpus-per-trial", "1.5"]
 
 
-def _code_of(func, seen: set) -> str:
-    """The source of `func` and of the functions of tests/ it names, transitively."""
-    if not inspect.isfunction(func) or func in seen:
-        return ""
-    seen.add(func)
-    try:
-        if Path(inspect.getsourcefile(func) or "").resolve().parent != _TESTS:
-            return ""
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
-        return ""
-    names = func.__code__.co_names
-    return source + "".join(_code_of(func.__globals__.get(n), seen) for n in names)
-
-
-def _starts_ray(item: pytest.Item) -> bool:
-    if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return True
-    return bool(_STARTS_RAY.search(_code_of(getattr(item, "function", None), set())))
-
-
 def pytest_configure(config: pytest.Config) -> None:
     # Under `make test` two workers share the cores. torch's default (a thread per core
     # each) makes the workers' OpenMP threads spin against each other: one MINE training
@@ -89,9 +59,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("ray") is None and _starts_ray(item):
-            item.add_marker(pytest.mark.ray)
     # Files with a system test first, then those with a Ray or a slow test, each file's tests
     # in their order: `make test` hands whole files to two workers in this order (--dist
     # loadfile --no-loadscope-reorder), so the minutes-long files start early and the short

@@ -138,6 +138,7 @@ def test_the_benchmark_is_one_module_and_one_registry_line():
     assert sum("biased_mnist" in line for line in registry.splitlines()) == 1
 
 
+@pytest.mark.ray
 def test_a_tiny_sweep_writes_biased_acc_and_the_published_rows(ray_local, tmp_path):
     # `python -m sweeps biased_mnist` in this process, on the session's Ray (tests/drivers.py)
     out = tmp_path / "out"

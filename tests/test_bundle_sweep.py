@@ -35,6 +35,7 @@ def test_points_that_share_their_settings_go_into_bundles_in_grid_order():
     assert bundle_points(points, 3, {**fixed, "inner_z": "fresh"}) == points
 
 
+@pytest.mark.ray
 def test_dry_run_shows_which_trial_each_point_trains_in(tmp_path):
     ran = run_main("digits_grid", "--sigma", "0.03,0.045", "--lam", "0,0.5,1", "--bundle", "4",
                    *TINY, "--inner-z", "batch", "--dry-run", "--out", str(tmp_path / "o"))
@@ -45,6 +46,7 @@ def test_dry_run_shows_which_trial_each_point_trains_in(tmp_path):
     assert [line.split()[0] for line in table[1:]] == ["0", "0", "0", "0", "1", "1"]
 
 
+@pytest.mark.ray
 def test_a_grid_with_nothing_to_bundle_says_so(tmp_path):
     ran = run_main("digits_grid", "--lam", "0,1", "--bundle", "2", *TINY, "--inner-z", "fresh",
                    "--dry-run", "--out", str(tmp_path / "o"))
@@ -53,6 +55,7 @@ def test_a_grid_with_nothing_to_bundle_says_so(tmp_path):
     assert "Tune trials" not in ran.stdout
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize(("args", "needle"), [
     (["--bundle", "0"], "argument --bundle"),
     (["--bundle", "2", "--scheduler", "asha"], "ASHA stops trials one by one"),

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 
 
+@pytest.mark.ray
 @NO_CUDA
 @pytest.mark.parametrize("flags", [["--device", "cuda"], ["--gpus-per-trial", "0.25"],
                                    ["--preset", "paper", "--root", str(ROOT)]])
@@ -32,6 +33,7 @@ def test_a_local_gpu_sweep_without_cuda_is_one_line_before_ray(flags, tmp_path):
     _is_the_no_cuda_line(proc, out)
 
 
+@pytest.mark.ray
 @NO_CUDA
 def test_from_the_shell_the_no_cuda_line_is_all_of_stderr(tmp_path):
     # As a process: nothing else on stderr (a warning of torch's CUDA probe would show here).
@@ -74,6 +76,7 @@ def test_without_gpus_auto_is_the_cpu_and_cpu_is_always_usable():
     assert pick_device("cpu", [0]).type == "cpu"
 
 
+@pytest.mark.ray
 @NO_CUDA
 def test_a_trial_on_a_device_it_cannot_use_stops_once_with_one_line(ray_local, tiny_digits,
                                                                      tmp_path):

@@ -22,6 +22,7 @@ def _run(*args: str) -> Ran:
     return run_main("digits_grid", *args)
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("args, needle", [
     (["--preset", "huge"], "--preset"),
     (["--lam", "-1"], "--lam"),
@@ -65,6 +66,7 @@ def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error: ")
 
 
+@pytest.mark.ray
 def test_a_bad_flag_from_the_shell_is_one_line_and_exit_2(tmp_path):
     # The process the shell sees: exit status 2, and on stderr the error line alone (argparse's
     # usage before its own), no warning or log line; the other checks run in this process.
@@ -81,6 +83,7 @@ def test_a_bad_flag_from_the_shell_is_one_line_and_exit_2(tmp_path):
         assert not proc.stdout and not (tmp_path / "o").exists()
 
 
+@pytest.mark.ray
 def test_existing_results_are_not_overwritten_without_a_flag(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -91,6 +94,7 @@ def test_existing_results_are_not_overwritten_without_a_flag(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["experiment.json"]
 
 
+@pytest.mark.ray
 def test_dry_run_lists_every_trial_and_starts_nothing(tmp_path):
     out = tmp_path / "out"
     proc = _run("--preset", "cpu", "--method", "mi_backprop,lntl", "--sigma", "0.02,0.03",
@@ -148,6 +152,7 @@ def test_grid_runs_seed_by_seed_and_the_first_method_first():
 ALL_SIGMAS = ["0.02", "0.025", "0.03", "0.035", "0.04", "0.045", "0.05"]
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("preset, lams, sigmas, seeds", [
     ("screen", {"mi_backprop": ["0.0", "0.3", "1.0", "3.0"], "confusion": ["0.3", "1.0", "3.0"],
                 "lntl": ["0.001", "0.01", "0.1", "1.0"], "hsic": ["0.3", "1.0", "3.0"]},
@@ -173,6 +178,7 @@ def test_grid_presets_run_each_method_on_its_lambdas(preset, lams, sigmas, seeds
     assert sorted({t[-1] for t in trials}) == seeds
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("args, needle", [
     (["--lam-of", "lntl"], "expected METHOD=LAM"),
     (["--lam-of", "lntl=0.1"], "lntl is not in this sweep's --method (mi_backprop)"),
@@ -184,12 +190,14 @@ def test_bad_lam_of_is_one_error_line(args, needle, tmp_path):
     assert proc.returncode == 2 and needle in proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.ray
 def test_help_explains_presets():
     proc = _run("--help")
     assert proc.returncode == 0
     assert "quick" in proc.stdout and "paper" in proc.stdout and "--storage-path" in proc.stdout
 
 
+@pytest.mark.ray
 def test_tiny_sweep_writes_the_results_contract(ray_local, tmp_path):
     from sweeps.digits_grid import main
 
@@ -229,6 +237,7 @@ def test_tiny_sweep_writes_the_results_contract(ray_local, tmp_path):
     assert "### Bias strength" in table and f"| kim, flat | {expected:.3f} |" in table
 
 
+@pytest.mark.ray
 def test_unreachable_address_fails_fast_with_one_line(tmp_path):
     import socket
 

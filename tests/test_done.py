@@ -44,6 +44,7 @@ def _rows(path: Path, epochs: list[int], lr: float = 0.001) -> Path:
     return path
 
 
+@pytest.mark.ray
 def test_finished_trials_are_left_out_before_anything_starts(tmp_path):
     proc = _in_process(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2])), "--dry-run",
                    "--out", str(tmp_path / "out"))
@@ -55,6 +56,7 @@ def test_finished_trials_are_left_out_before_anything_starts(tmp_path):
     assert not re.search(r"mi_backprop\s+0\.03\s+0\.0", listed)
 
 
+@pytest.mark.ray
 def test_a_trial_with_epochs_missing_runs_again(tmp_path):
     proc = _in_process(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1])), "--dry-run",
                    "--out", str(tmp_path / "out"))
@@ -63,6 +65,7 @@ def test_a_trial_with_epochs_missing_runs_again(tmp_path):
     assert "2 trials" in proc.stdout.splitlines()[0]
 
 
+@pytest.mark.ray
 def test_rows_of_another_grid_are_refused_in_one_line(tmp_path):
     proc = _in_process(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2], lr=0.01)),
                    "--out", str(tmp_path / "out"))
@@ -70,6 +73,7 @@ def test_rows_of_another_grid_are_refused_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray
 def test_bad_done_flags_are_one_line(tmp_path):
     _one_line_error(_in_process(*GRID, "--done", str(tmp_path / "nope.csv")), "is not a file")
     _one_line_error(_in_process(*GRID, "--done", str(_rows(tmp_path / "e.csv", [1, 2])),
@@ -79,6 +83,7 @@ def test_bad_done_flags_are_one_line(tmp_path):
     _one_line_error(_in_process(*GRID, "--done", str(tmp_path / "bad.csv")), "no column method")
 
 
+@pytest.mark.ray
 def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path):
     # First machine: the whole grid (2 trials). Its export is what a session commits.
     first = _in_process(*GRID, *ONE_AT_A_TIME, "--out", str(tmp_path / "a"))
@@ -121,6 +126,7 @@ def test_a_grid_continued_from_exported_rows_equals_one_run(ray_local, tmp_path)
                                    whole["test_acc"].reset_index(drop=True), rtol=1e-12)
 
 
+@pytest.mark.ray
 @pytest.mark.system
 def test_a_grid_stopped_by_ctrl_c_leaves_nothing_behind_and_resumes_in_order(
         ray_local, tmp_path):

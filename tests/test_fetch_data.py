@@ -98,6 +98,7 @@ def test_sweep_with_missing_data_and_no_network_names_the_fetch_command(tmp_path
     assert not out.exists()
 
 
+@pytest.mark.ray
 def test_the_embedded_subset_has_nothing_to_fetch(tmp_path):
     root = tmp_path / "data"
     root.mkdir()
@@ -109,6 +110,7 @@ def test_the_embedded_subset_has_nothing_to_fetch(tmp_path):
     assert list(root.iterdir()) == [] and not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray
 def test_german_fetch_checks_a_root_copy_and_refuses_to_download(tmp_path):
     from unbiased.benchmarks import german_credit
 
@@ -134,6 +136,7 @@ def test_german_fetch_checks_a_root_copy_and_refuses_to_download(tmp_path):
     assert list(empty.iterdir()) == [] and not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray
 def test_imdb_fetch_checks_the_release_and_says_where_to_get_it(tmp_path):
     from tests.test_imdb import write_fake_imdb
     from unbiased.benchmarks import imdb_faces
@@ -154,6 +157,7 @@ def test_imdb_fetch_checks_the_release_and_says_where_to_get_it(tmp_path):
     assert imdb_faces.DOWNLOAD_URL in ran.stderr
 
 
+@pytest.mark.ray
 def test_a_root_that_does_not_exist_names_the_fetch_command(tmp_path):
     nowhere = tmp_path / "nowhere"
     ran = run_main("digits_grid", "--preset", "cpu", "--root", str(nowhere), "--out",

@@ -163,6 +163,7 @@ def test_bad_value_is_one_error_line_naming_the_flag(digits_parser, argv, line):
     assert errors == [lines[-1]] and line in lines[-1], lines
 
 
+@pytest.mark.ray
 def test_bad_value_exits_2_from_the_command_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sweeps", "german", "--lr", "-1", "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT,
@@ -174,6 +175,7 @@ def test_bad_value_exits_2_from_the_command_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray
 def test_tf32_with_deterministic_is_one_error_line_before_anything_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sweeps", "digits", "--tf32",
                            "--deterministic", "--out", str(tmp_path / "out")],

@@ -18,6 +18,7 @@ def _run(*args: str) -> Ran:
     return run_sweep("german", *args)
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("args, needle", [
     (["--preset", "huge"], "--preset"),
     (["--lam", "-1"], "--lam"),
@@ -32,6 +33,7 @@ def test_bad_flag_is_one_line_naming_it(args, needle, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray
 def test_missing_data_root_is_one_line_before_ray_starts(tmp_path):
     proc = _run("--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
@@ -40,6 +42,7 @@ def test_missing_data_root_is_one_line_before_ray_starts(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.ray
 def test_help_lists_both_presets():
     proc = _run("--help")
     assert proc.returncode == 0
@@ -73,6 +76,7 @@ def test_svm_rows_follow_the_results_contract():
     assert rows["K"].dtype == "int64" and rows["lam"].dtype == "float64"
 
 
+@pytest.mark.ray
 def test_tiny_sweep_writes_the_results_contract_with_svm_rows(ray_local, tmp_path):
     from sweeps.__main__ import main
 

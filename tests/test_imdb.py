@@ -298,6 +298,7 @@ def _driver(*args: str) -> Ran:
     return run_sweep("imdb", *args)
 
 
+@pytest.mark.ray
 def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):
     # A root that does not exist is a flag error: argparse's usage, then one line naming it.
     proc = _driver("--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
@@ -338,6 +339,7 @@ def test_presets_keep_the_papers_imdb_settings():
     assert paper["gpus_per_trial"] == 1.0 and paper["train_split"] == ["EB1", "EB2"]
 
 
+@pytest.mark.ray
 def test_driver_end_to_end_writes_results_and_table_2(ray_local, fake, tmp_path, capsys):
     from sweeps.__main__ import main
 

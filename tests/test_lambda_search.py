@@ -92,6 +92,7 @@ def test_search_flags_and_k_ablation_presets(capsys):
     assert len(paper["sigma"]) * 3 * len(paper["seeds"]) == 63
 
 
+@pytest.mark.ray
 def test_tiny_search_writes_results_and_pareto_and_resumes(ray_local, tmp_path, capsys):
     from sweeps.lambda_search import main
 
@@ -122,6 +123,7 @@ def test_tiny_search_writes_results_and_pareto_and_resumes(ray_local, tmp_path, 
     assert again["trial_id"].nunique() == 3 and set(df["trial_id"]) < set(again["trial_id"])
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("driver", ["digits_grid", "german", "lambda_search"])
 def test_every_driver_shares_the_argument_surface(driver, capsys):
     from sweeps.__main__ import main

@@ -104,6 +104,7 @@ def test_a_name_registered_twice_is_one_error_line(tmp_path):
         "'digits' is registered already (by unbiased.benchmarks.digits)"]
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("value, says", [
     ("garbage", "error: UNBIASED_BENCHMARKS: 'garbage' is not NAME=module (e.g. "
                 "UNBIASED_BENCHMARKS=toy=my_benchmarks.toy)"),

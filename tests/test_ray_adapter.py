@@ -74,6 +74,7 @@ def test_tune_names_the_trials_without_results_in_this_warning():
     assert QuietUnstarted.MESSAGE in inspect.getsource(experiment_analysis)
 
 
+@pytest.mark.ray
 def test_a_local_ray_names_its_session_after_the_driver(ray_local):
     from ray._common.utils import get_default_ray_temp_dir
 

@@ -149,6 +149,7 @@ def test_a_bundles_members_keep_their_points_order(tmp_path):
         "sigma=0.03_method=mi_backprop_lam=0.5_seed=0_K=2")
 
 
+@pytest.mark.ray
 def test_a_launch_marks_the_records_place_before_any_trial_reports(tmp_path):
     # --resume asks whether a sweep was launched here (sweeps/core.py): the records decide,
     # not Tune's state, and a sweep stopped before its first report counts as launched.

@@ -105,17 +105,20 @@ def _one_line_error(proc: Ran | subprocess.CompletedProcess, needle: str) -> Non
 
 # -- bad input: one line, exit 2, nothing written ---------------------------------------------
 
+@pytest.mark.ray
 def test_unknown_benchmark_is_one_line():
     proc = run_main("__main__", "mnist-c")
     _one_line_error(proc, "unknown benchmark 'mnist-c'")
 
 
+@pytest.mark.ray
 def test_data_root_that_does_not_exist(tmp_path):
     proc = _in_process("--root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
     _one_line_error(proc, "--root")
     assert not (tmp_path / "out").exists() and not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.ray
 def test_corrupt_mnist_files(tmp_path):
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
@@ -129,6 +132,7 @@ def test_corrupt_mnist_files(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.ray
 def test_corrupt_german_file(tmp_path):
     bad = tmp_path / "german.data"
     bad.write_text("A11 6 A34\n")
@@ -137,6 +141,7 @@ def test_corrupt_german_file(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.ray
 def test_unwritable_out(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
@@ -144,6 +149,7 @@ def test_unwritable_out(tmp_path):
     _one_line_error(proc, "not writable")
 
 
+@pytest.mark.ray
 def test_results_of_another_experiment_are_refused_even_with_resume(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -177,6 +183,7 @@ def _fit(tmp_path, digits, space, name="t"):
     return tuner.fit()
 
 
+@pytest.mark.ray
 def test_diverging_trial_stops_itself_and_analysis_leaves_it_out(ray_local, tiny_digits,
                                                                   tmp_path):
     from analysis import build_all
@@ -260,6 +267,7 @@ def test_killed_writer_leaves_the_old_file_intact(tmp_path):
 
 # -- a record cut by a kill: trainables/record.py's own tests (tests/test_records.py) ---------
 
+@pytest.mark.ray
 def test_a_record_of_another_grid_is_one_line_before_ray(tmp_path):
     # A record left by a sweep of other settings (a checkpoint of another lr cannot go on
     # under this one's): --resume refuses in one line, before Ray starts (a Ray started here
@@ -281,6 +289,7 @@ def test_a_record_of_another_grid_is_one_line_before_ray(tmp_path):
 
 # -- a driver killed mid-sweep continues with --resume ----------------------------------------
 
+@pytest.mark.ray
 @pytest.mark.system
 def test_a_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_trials(
         ray_local, tmp_path, checked_at_the_end):
@@ -407,6 +416,7 @@ def test_a_trial_that_never_reported_is_not_counted_as_finished():
     assert [finished(r) for r in (never, half, done)] == [False, False, True]
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("held", ["nothing", "an empty folder", "tune's state alone"])
 def test_resuming_where_no_sweep_was_launched_is_one_line_before_ray(tmp_path, held):
     # A mistyped --out, or a sweep from before trials kept records: nothing to continue.
@@ -424,6 +434,7 @@ def test_resuming_where_no_sweep_was_launched_is_one_line_before_ray(tmp_path, h
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
+@pytest.mark.ray
 def test_a_sweep_launched_but_stopped_before_any_report_resumes(tmp_path):
     from trainables.record import Records
 

@@ -6,9 +6,13 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests.conftest import ONE_AT_A_TIME, SMALL_NET
 from tests.drivers import run_main
+
+# Each test runs a sweep driver or a Ray: the integration tier.
+pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[1]
 # The re-run takes the source's recorded config, the small net (tests/conftest.py) with it.

@@ -10,6 +10,9 @@ from sweeps.cli import build_parser, resolve
 from sweeps.signals import resume_command
 from unbiased.benchmarks import benchmark_spec
 
+# Each test runs a sweep driver or a Ray: the integration tier.
+pytestmark = pytest.mark.ray
+
 
 @pytest.mark.parametrize("argv, expected", [
     (["sweeps/x.py", "--preset", "cpu"], ["sweeps/x.py", "--preset", "cpu", "--resume"]),

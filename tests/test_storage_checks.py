@@ -22,6 +22,7 @@ def _no_storage_env(monkeypatch):
     monkeypatch.delenv("UNBIASED_STORAGE_PATH", raising=False)
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("flags, needle", [
     (["--address", "auto"], "(the default) is a directory of this machine"),
     (["--address", "auto", "--storage-path", "/mnt/nowhere"],
@@ -39,6 +40,7 @@ def test_storage_no_node_could_use_is_one_error_line(flags, needle, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.ray
 def test_a_path_every_node_mounts_is_accepted_when_said_so(tmp_path):
     ran = run_main("digits_grid", "--address", "auto", "--shared-storage", "--dry-run",
                    "--out", str(tmp_path / "out"))
@@ -48,6 +50,7 @@ def test_a_path_every_node_mounts_is_accepted_when_said_so(tmp_path):
     assert ran.returncode == 0, ran.stderr
 
 
+@pytest.mark.ray
 def test_a_bucket_that_cannot_be_reached_is_one_error_line_before_ray(tmp_path):
     with socket.socket() as s:  # a port nobody listens on, as the S3 endpoint
         s.bind(("127.0.0.1", 0))
@@ -68,6 +71,7 @@ def test_a_bucket_that_cannot_be_reached_is_one_error_line_before_ray(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.ray
 def test_a_storage_that_never_answers_is_one_error_line_within_seconds(tmp_path):
     """An endpoint that takes the connection and never answers (offline, as GCS without
     credentials looked: over 150 s of silence): pyarrow's client would retry for minutes,
@@ -195,6 +199,7 @@ def test_a_clusters_trials_get_more_restarts_than_a_local_sweeps(flags, expected
     assert resolve(parser, "digits", DIGITS, flags).max_failures == expected
 
 
+@pytest.mark.ray
 def test_a_sweep_started_as_a_ray_job_joins_the_jobs_cluster_under_its_storage_rule(
         tmp_path, monkeypatch):
     """`ray job submit ... -- python sweeps/digits_grid.py ...`: Ray's job supervisor gives

@@ -26,6 +26,9 @@ from tests.conftest import SMALL_NET  # noqa: E402
 from tests.drivers import run_main  # noqa: E402
 from tests.processes import free_port, stop_group  # noqa: E402
 
+# Each test runs a sweep driver or a Ray: the integration tier.
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "sweeps" / "digits_grid.py"
 # What is logged, not how well it learns: the small net (tests/conftest.py).

@@ -64,6 +64,7 @@ def check_offline_runs(out: Path, df: pd.DataFrame) -> None:
             assert {"batch_size", "lam", "sigma", "seed", "epochs"} <= config
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("args, needle", [
     (["--wandb-project", "p"], "--wandb-project: only read with --tracker wandb"),
     (["--tracker", "neptune"], "unknown tracker"),

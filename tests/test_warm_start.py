@@ -69,6 +69,7 @@ def test_the_baselines_a_warm_trial_starts_from_run_in_a_launch_before_it():
 KIM_TINY = ["--preset", "kim", "--sigma", "0.03,0.02", "--seeds", "0", "--dry-run"]
 
 
+@pytest.mark.ray
 def test_dry_run_says_which_trial_each_starts_from():
     ran = run_main("digits_grid", *KIM_TINY)
     assert ran.returncode == 0, ran.stderr
@@ -80,6 +81,7 @@ def test_dry_run_says_which_trial_each_starts_from():
         ("0.0", "-"), ("0.01", "sigma=0.02_method=lntl_lam=0.0_seed=0")]
 
 
+@pytest.mark.ray
 def test_done_runs_again_a_baseline_a_trial_still_to_run_starts_from(tmp_path):
     done = tmp_path / "done.csv"
     rows = [{"method": "lntl", "sigma": 0.03, "lam": 0.0, "seed": 0, "epoch": e,
@@ -98,6 +100,7 @@ def test_done_runs_again_a_baseline_a_trial_still_to_run_starts_from(tmp_path):
     assert "2 trials" in ran.stdout.splitlines()[0]
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize("args, says", [
     (["--lam", "0.01"], "which this sweep does not run: add 0 to --lam"),
     (["--bundle", "2"], "--warm-start runs each trial on its own: drop --bundle"),
@@ -109,6 +112,7 @@ def test_a_warm_start_that_cannot_be_is_one_error_line(args, says):
     assert says in ran.stderr
 
 
+@pytest.mark.ray
 def test_the_grid_starts_a_warm_trial_once_its_baseline_has_finished(ray_local, tmp_path):
     """Tune starts every pending trial that fits: in one launch the lam = 0.01 trial would
     start beside its baseline and fail (no checkpoint yet), or start from an early one. The
