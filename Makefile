@@ -83,7 +83,7 @@ test: $(VENV)/.installed system-packages
 # internals (sweeps/ray_private.py); the rest of the Ray tier runs in .venv only (CI's time).
 NEWEST_VENV := .venv-ray-newest
 NEWEST_TESTS := tests/test_ray_adapter.py tests/test_records.py tests/test_session_tune.py \
-  tests/test_done.py tests/test_warm_start.py tests/test_lambda_search.py
+  tests/test_finished_trials.py tests/test_warm_start.py tests/test_lambda_search.py
 $(NEWEST_VENV)/.installed: pyproject.toml $(VENV)/.installed
 	$(PYTHON) -m venv $(NEWEST_VENV)
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(NEWEST_VENV)/bin/python \

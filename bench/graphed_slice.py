@@ -26,7 +26,7 @@ if __package__ in (None, ""):
 import pandas as pd  # noqa: E402
 
 from unbiased.benchmarks import benchmark_spec  # noqa: E402
-from unbiased.trial import RecordingSession, run_trial  # noqa: E402
+from unbiased.trial import MemorySession, run_trial  # noqa: E402
 
 AXES = ("sigma", "lam", "seeds")
 DRIVER_ONLY = ("cpus_per_trial", "gpus_per_trial")
@@ -34,7 +34,7 @@ COLUMNS = ("epoch", "time_s", "eval_s", "mi_eval_s", "epoch_s", "loss_task", "mi
            "test_acc", "mi_eval", "mi_eval_cond", "guarded_frac", "graphed", "selected_epoch")
 
 
-class PrintingSession(RecordingSession):
+class PrintingSession(MemorySession):
     """A recording session that prints each epoch as it is reported."""
 
     def __init__(self, label: str) -> None:

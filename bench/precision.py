@@ -38,7 +38,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from unbiased.benchmarks import benchmark_spec  # noqa: E402
-from unbiased.trial import RecordingSession, precision, run_trial  # noqa: E402
+from unbiased.trial import MemorySession, precision, run_trial  # noqa: E402
 
 PRECISIONS = {"fp32": {}, "tf32": {"tf32": True}, "bf16": {"amp": True},
               "bf16+tf32": {"amp": True, "tf32": True}}
@@ -117,7 +117,7 @@ def slice_rows(args: argparse.Namespace, name: str, run: int, device: torch.devi
                   mi_eval_steps=args.mi_eval_steps, **PRECISIONS[name])
     if device.type != "cuda":
         config["source"] = "mnist5k" if not args.root else config["source"]
-    session = RecordingSession()
+    session = MemorySession()
     start = time.perf_counter()
     run_trial(config, lambda cfg: _sliced(spec.build(cfg, **loaded), args.slice_rows),
               session)

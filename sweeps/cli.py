@@ -157,7 +157,7 @@ class SweepArgs:
     resume: bool = False
     overwrite: bool = False
     dry_run: bool = False  # print the trials and settings, start nothing
-    done: Path | None = None  # --done: an earlier run's per-epoch rows (sweeps/done.py)
+    done: Path | None = None  # --done: an earlier run's per-epoch rows (sweeps/finished_trials.py)
     bundle: int = 1  # --bundle: grid points per trial (unbiased/trial.py)
     tracker: tuple[str, ...] = ()  # sweeps/trackers: the trackers asked for (or resumed)
     tracking_uri: str | None = None

@@ -25,7 +25,7 @@ import pandas as pd
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.common import SweepError, fail
-from sweeps.done import import_done, point_records, read_done, split_done
+from sweeps.finished_trials import import_done, point_records, read_done, split_done
 from sweeps.outputs import (
     check_out_dir,
     check_storage_reachable,
@@ -37,7 +37,7 @@ from sweeps.ray_init import check_resources, init_ray
 from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from sweeps.signals import defer_stop_signals
-from trainables.record import Records, trial_key
+from trainables.record import RecordStore, trial_key
 from unbiased.benchmarks.spec import BenchmarkSpec
 from unbiased.settings import POINT_KEY, SETTINGS_KEY, WARM_FROM, TrialSettings, flat_point
 
@@ -327,8 +327,9 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
         fixed = spec.fixed_values(args.values)
-        records = Records.at(storage_dir(args), spec.experiment)
-        # Trials an earlier launch finished (--resume) or a CSV holds (--done): sweeps/done.py.
+        records = RecordStore.at(storage_dir(args), spec.experiment)
+        # Trials an earlier launch finished (--resume) or a CSV holds (--done):
+        # sweeps/finished_trials.py.
         todo, done_line, taken = take_done(spec, args, records, points)
         if args.values.get("warm_start"):
             todo = warm_sources(spec, args, todo, points)
@@ -443,7 +444,7 @@ def trial_errors(grid) -> dict[str, object]:
     return errors
 
 
-def trial_rows(records: Records, fixed: dict, points: list[dict], errors: dict[str, object]
+def trial_rows(records: RecordStore, fixed: dict, points: list[dict], errors: dict[str, object]
                ) -> list[tuple[pd.DataFrame, dict, str, object]]:
     """Every point's (rows, flat config, key, error) from the records, for results_frame: a
     point that never reported has one row of epoch 0."""
@@ -526,7 +527,7 @@ def check_local_gpu(args: SweepArgs) -> None:
                      f"--address, or pass --device cpu --gpus-per-trial 0")
 
 
-def nothing_to_resume(out: Path, records: Records) -> str:
+def nothing_to_resume(out: Path, records: RecordStore) -> str:
     """Why `--resume` into `out` cannot go on: no sweep was launched there."""
     return (f"cannot resume {out}: it holds no sweep (no trial records at {records.root}); "
             f"check the path, or leave out --resume to start a sweep there (a sweep begun "
@@ -534,7 +535,7 @@ def nothing_to_resume(out: Path, records: Records) -> str:
             f"CSV into a new --out)")
 
 
-def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[dict]
+def take_done(spec: GridSpec, args: SweepArgs, records: RecordStore, points: list[dict]
               ) -> tuple[list[dict], list[str], list[tuple[dict, pd.DataFrame]]]:
     """The points to run: those no record holds finished (on --resume) and no `--done CSV`
     holds whole; lines saying so; the points the CSV holds whole, with their rows (read
@@ -571,7 +572,7 @@ def take_done(spec: GridSpec, args: SweepArgs, records: Records, points: list[di
     return todo, lines, whole
 
 
-def _has_checkpoint(records: Records, held: dict, point: dict) -> bool:
+def _has_checkpoint(records: RecordStore, held: dict, point: dict) -> bool:
     key = trial_key([point])
     if key not in held:
         return False

@@ -1,5 +1,5 @@
-"""Every finished epoch of a sweep as one CSV: what `--done` reads (sweeps/done.py) to continue
-the grid on another machine, and what bench/results/ keeps of each sweep.
+"""Every finished epoch of a sweep as one CSV: what `--done` reads (sweeps/finished_trials.py)
+to continue the grid on another machine, and what bench/results/ keeps of each sweep.
 
 Reads OUT/results.parquet when the sweep has finished, else the trials' records under OUT/tune
 (trainables/record.py: a sweep stopped mid-way, to be continued with --resume, with the rows
@@ -57,12 +57,12 @@ def from_records(out: Path) -> pd.DataFrame:
     """Every grid point's rows in the records under OUT/tune, with its config."""
     from pyarrow import fs
 
-    from sweeps.done import trial_points
-    from trainables.record import Records
+    from sweeps.finished_trials import trial_points
+    from trainables.record import RecordStore
 
     frames = []
     for root in sorted(out.glob("tune/*/trials")):
-        for record in Records(fs.LocalFileSystem(), str(root)).read_all().values():
+        for record in RecordStore(fs.LocalFileSystem(), str(root)).read_all().values():
             rows = pd.json_normalize(record.metrics(), sep="/")
             for key, config, own in trial_points(rows, record.config, record.key):
                 named = {k: config[k] for k in (*TRIAL_KEYS, *DATA_AXES, *AXIS_KEYS,

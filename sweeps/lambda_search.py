@@ -30,11 +30,11 @@ from sweeps.core import (
     start_ray,
     trial_errors,
 )
-from sweeps.done import point_records
+from sweeps.finished_trials import point_records
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import results_frame
 from sweeps.runner import run_tuner
-from trainables.record import Records
+from trainables.record import RecordStore
 from unbiased.benchmarks.digits import DIGITS
 from unbiased.settings import POINT_KEY
 
@@ -71,7 +71,7 @@ def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backpr
 
 
 def make_searcher(samples: int, seed: int, space: dict | None = None,
-                  records: Records | None = None):
+                  records: RecordStore | None = None):
     """Multi-objective TPE. The first third of the trials are random (TPE's start-up) and at
     most that many run at once, so later proposals can use the finished ones. With the
     study's `records` (a resumed study): the finished trials are the study's first, with
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         samples = int(args["samples"])
         studies = [(m, float(s), int(seed)) for m in args["method"] for s in args["sigma"]
                    for seed in args["seeds"]]
-        study_records = [Records.at(storage_dir(args), study_name(*study)) for study in studies]
+        study_records = [RecordStore.at(storage_dir(args), study_name(*study)) for study in studies]
         if args.resume and not any(records.exist() for records in study_records):
             raise SweepError(nothing_to_resume(args.out, study_records[0]))
         if args.dry_run:  # what would run; nothing started

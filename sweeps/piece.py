@@ -3,11 +3,11 @@ budget, run without Ray, their per-epoch rows written for `--done`.
 
 A GPU lent for ten minutes at a time, with nothing kept between runs but the rows committed
 from them, cannot hold a sweep; what it can do is finish a few trials whole. A piece decides
-what is done as a sweep's launch does (sweeps/done.py: `--done CSV`, the rows committed so
-far, and with `--resume` the records already in OUT; unlike a sweep, both at once), takes the
-next trials in grid order (seed 0 at every data point and lambda, then the next seed), and
-groups them into trial bundles sized so that each finishes inside what is left of
-`--budget`: a bundle of B members costs
+what is done as a sweep's launch does (sweeps/finished_trials.py: `--done CSV`, the rows
+committed so far, and with `--resume` the records already in OUT; unlike a sweep, both at
+once), takes the next trials in grid order (seed 0 at every data point and lambda, then the
+next seed), and groups them into trial bundles sized so that each finishes inside what is
+left of `--budget`: a bundle of B members costs
 
     setup_s + epochs x steps an epoch x step_ms(B) / 1000
             + B x (epochs x epoch_s + re-estimates x estimate_s)
@@ -47,8 +47,8 @@ import pandas as pd
 from sweeps.cli import resolve
 from sweeps.common import SweepError, fail
 from sweeps.core import GridSpec, bundle_points, check_local_gpu, take_done
-from sweeps.done import point_records, split_done
-from trainables.record import Records, RecordSession
+from sweeps.finished_trials import point_records, split_done
+from trainables.record import RecordStore, StoreSession
 from unbiased.settings import POINT_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,11 +127,11 @@ def plan_size(todo: list[dict], left_s: float, shape: Shape, costs: Costs, most:
     return 0
 
 
-class PieceSession(RecordSession):
+class PieceSession(StoreSession):
     """A record's session (trainables/record.py) that prints every tenth epoch, and puts
     torch's and CUDA's versions and the GPU's name in every row."""
 
-    def __init__(self, records: Records, config: dict, epochs: int,
+    def __init__(self, records: RecordStore, config: dict, epochs: int,
                  stamp: dict[str, str]) -> None:
         super().__init__(records, config)
         self.epochs, self.stamp = epochs, stamp
@@ -202,7 +202,7 @@ def trial_precision(config: dict) -> str:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def finished_rows(spec: GridSpec, records: Records, points: list[dict], fixed: dict
+def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixed: dict
                   ) -> pd.DataFrame:
     """The rows of every point of `points` the records hold whole (every epoch, no error,
     not diverged: what --done takes), in export's format (a bundle's members split as
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
                              "trials without the baselines' launch a warm start needs; run "
                              "it as a sweep")
         # OUT/tune whatever the storage settings: the piece's machine keeps nothing else.
-        records = Records.at(str((args.out / "tune").resolve()), spec.experiment)
+        records = RecordStore.at(str((args.out / "tune").resolve()), spec.experiment)
         todo, done_lines, _ = take_done(spec, args, records, points)
         costs = Costs.read(ns.costs)
         config = {**fixed, "num_threads": max(1, int(float(args.values["cpus_per_trial"])))}
@@ -355,7 +355,7 @@ def dry_plan(spec: GridSpec, todo: list[dict], fixed: dict, shape: Shape, costs:
     print(f"piece: dry run: nothing started; {len(todo)} trials would be left")
 
 
-def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: Records,
+def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore,
               points: list[dict], todo: list[dict], config: dict, loaded: dict, shape: Shape,
               costs: Costs, most: int, stamp: dict[str, str], deadline: float) -> int:
     """Run bundles of `todo` (of the grid's `points`) while the next fits in the time left;

@@ -49,8 +49,8 @@ def finished(result) -> bool:
 def results_frame(trials: Sequence[tuple[pd.DataFrame, dict, str, object]], experiment: str,
                   benchmark: str, config_columns: dict[str, str]) -> pd.DataFrame:
     """One row per grid point and epoch, from each point's (epoch rows, flat config, trial
-    id, error) (sweeps/done.py reads them from the trials' records). `config_columns` maps
-    result column -> config key."""
+    id, error) (sweeps/finished_trials.py reads them from the trials' records).
+    `config_columns` maps result column -> config key."""
     frames = []
     for df, config, trial_id, error in trials:
         df = df.copy()

@@ -1,11 +1,11 @@
 """Run the trials a launch has to run with Ray Tune: a new Tuner every launch.
 
 The sweep's flow (sweeps/core.py): check OUT (sweeps/outputs.py), the trials' records read
-(sweeps/done.py), start or join Ray (sweeps/ray_init.py), `run_tuner` here on the trials not
-finished, then every trial's rows from the records (sweeps/results_frame.py) written out with
-the analysis (outputs.write_outputs). Tune schedules, restarts a failed trial (which
-continues from its record's checkpoint) and runs searchers; it keeps no state a launch
-reads. A stop by signal is sweeps/signals.py.
+(sweeps/finished_trials.py), start or join Ray (sweeps/ray_init.py), `run_tuner` here on the
+trials not finished, then every trial's rows from the records (sweeps/results_frame.py)
+written out with the analysis (outputs.write_outputs). Tune schedules, restarts a failed
+trial (which continues from its record's checkpoint) and runs searchers; it keeps no state a
+launch reads. A stop by signal is sweeps/signals.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import finished
 from sweeps.signals import StopSignals, stopper
-from trainables.record import RESTORED, Records, records_root, trial_key_of
+from trainables.record import RESTORED, RecordStore, records_root, trial_key_of
 from unbiased.settings import RECORDS_KEY, flat_config
 
 
@@ -77,7 +77,7 @@ def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_s
             stop=stopper(),
             verbose=0,
             callbacks=[progress_callback(param_keys, n_trials + n_done, n_done,
-                                         Records.at(storage, experiment), experiment),
+                                         RecordStore.at(storage, experiment), experiment),
                        *trackers.callbacks(args, param_keys)],
         ),
     )
@@ -96,7 +96,7 @@ def make_scheduler(args: SweepArgs):
 
 
 def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 0,
-                      records: Records | None = None, experiment: str = ""):
+                      records: RecordStore | None = None, experiment: str = ""):
     """One line per trial per epoch instead of Tune's wide tables; `n_done` of the
     `n_trials` finished in earlier launches. A trial that ends here (its last epoch, or
     stopped early by the scheduler), not by a stop signal, is marked ended in its record:

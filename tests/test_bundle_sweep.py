@@ -153,7 +153,7 @@ def test_a_bundled_sweep_writes_a_trial_per_point_and_logs_a_run_per_point(
 
 def test_a_bundle_trial_reads_as_a_trial_per_member():
     # Each member's own columns, its epochs, its key; a device error stops every member.
-    from sweeps.done import trial_points
+    from sweeps.finished_trials import trial_points
 
     config = {"epochs": 2, "members": [{"lam": 0.0}, {"lam": 1.0}]}
     df = pd.DataFrame({"epoch": [1, 2], "m0/epoch": [1, 2], "m0/train_acc": [.5, .6],

@@ -140,9 +140,9 @@ def _progress_after(records, device_error: bool) -> None:
 @pytest.mark.parametrize("device_error", [False, True])
 def test_a_trial_whose_device_could_not_start_is_not_ended_so_resume_runs_it(tmp_path,
                                                                             device_error):
-    from trainables.record import Records
+    from trainables.record import RecordStore
 
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     _progress_after(records, device_error)
     ended = records.read("lam=1.0_seed=0").ended
     assert (ended is None) if device_error else (ended == "ended")

@@ -100,9 +100,9 @@ def test_a_stopped_sweeps_records_are_its_rows(tmp_path, capsys):
     # A sweep stopped mid-way (no results.parquet) run with records (trainables/record.py):
     # each grid point's rows come from its record, a bundle's members each a trial of their
     # own, with the key the sweep's results would give them.
-    from trainables.record import Records
+    from trainables.record import RecordStore
 
-    records = Records.at(str(tmp_path / "tune"), "digits_grid")
+    records = RecordStore.at(str(tmp_path / "tune"), "digits_grid")
     plain = {"sigma": 0.03, "method": "lntl", "lam": 0.01, "seed": 1}
     records.start("p", {"lr": 1e-3, "epochs": 3, **plain})
     records.write("p", [{"epoch": e, "train_acc": 0.9, "test_acc": 0.5} for e in (1, 2)], None)

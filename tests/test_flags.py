@@ -26,7 +26,7 @@ CHANGED = {
     # The help formatter no longer appends "(default: ())" to --tracker, whose help already
     # ends "(default: none)".
     ("*", "--tracker"): {"default_note", "help"},
-    # export_epochs moved from bench/ to sweeps/, beside done.py.
+    # export_epochs moved from bench/ to sweeps/, beside finished_trials.py.
     ("*", "--done"): {"help"},
     # The flags now refuse what the configs always refused (a bound of the setting, checked
     # wherever a config is built): a batch of 1, a bank of 1 row; --epochs has no default of

@@ -294,8 +294,8 @@ def _node_id(temp: Path) -> str:
 def _trials_on(s3, experiment: str, node_id: str) -> set[str]:
     """The keys of the trials whose record in BUCKET/experiment has a row run on `node_id`."""
     from tests.s3 import BUCKET
-    from trainables.record import Records
+    from trainables.record import RecordStore
 
-    records = Records(s3.filesystem(), f"{BUCKET}/{experiment}/trials")
+    records = RecordStore(s3.filesystem(), f"{BUCKET}/{experiment}/trials")
     return {key for key, record in records.read_all().items()
             if any(row.get("node_id") == node_id for row in record.rows)}

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from trainables.record import Records, trial_key
+from trainables.record import RecordStore, trial_key
 from unbiased.settings import WARM_FROM
 
 CONFIG = {"epochs": 3, "method": "mi_backprop", "sigma": 0.03, "lam": 1.0, "K": 40, "seed": 0}
@@ -18,7 +18,7 @@ def _files(epoch: int) -> dict[str, bytes]:
     return {"state.pt": f"weights after epoch {epoch}".encode()}
 
 
-def _run(records: Records, key: str, epochs: int) -> list[dict]:
+def _run(records: RecordStore, key: str, epochs: int) -> list[dict]:
     records.start(key, CONFIG)
     rows = []
     for epoch in range(1, epochs + 1):
@@ -28,7 +28,7 @@ def _run(records: Records, key: str, epochs: int) -> list[dict]:
 
 
 def test_the_rows_and_the_last_checkpoint_come_back_and_older_checkpoints_go(tmp_path):
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     rows = _run(records, "a", 3)
     record = records.read("a")
     assert record.config == CONFIG
@@ -42,7 +42,7 @@ def test_the_rows_and_the_last_checkpoint_come_back_and_older_checkpoints_go(tmp
 
 
 def test_a_kill_before_the_rows_are_written_continues_from_the_previous_epoch(tmp_path):
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     rows = _run(records, "a", 2)
     # epoch 3's checkpoint written, its rows not (the kill came between)
     (tmp_path / "grid/trials/a/checkpoint/000003").mkdir()
@@ -56,7 +56,7 @@ def test_a_kill_before_the_rows_are_written_continues_from_the_previous_epoch(tm
 
 
 def test_a_deleted_checkpoint_falls_back_to_an_older_one_or_to_the_start(tmp_path):
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     _run(records, "a", 2)
     older = tmp_path / "grid/trials/a/checkpoint/000001"  # as a kill before the deletes leaves
     older.mkdir()
@@ -72,7 +72,7 @@ def test_a_deleted_checkpoint_falls_back_to_an_older_one_or_to_the_start(tmp_pat
 
 
 def test_a_cut_rows_file_keeps_the_whole_lines(tmp_path):
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     _run(records, "a", 3)
     path = tmp_path / "grid/trials/a/epochs.jsonl"
     path.write_bytes(path.read_bytes()[:-20])  # the last line cut
@@ -85,7 +85,7 @@ def test_a_cut_rows_file_keeps_the_whole_lines(tmp_path):
 
 
 def test_a_last_report_without_checkpoint_keeps_its_row(tmp_path):
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     rows = _run(records, "a", 2)
     rows.append({"epoch": 3, "diverged": "loss_task is nan"})
     records.write("a", rows, None)
@@ -98,7 +98,7 @@ def test_a_last_report_without_checkpoint_keeps_its_row(tmp_path):
 
 
 def test_numbers_are_written_as_numbers(tmp_path):
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     records.start("a", {**CONFIG, "lam": np.float64(1.0)})
     records.write("a", [{"epoch": np.int64(1), "mi": np.float32(0.25)}], None)
     line = json.loads((tmp_path / "grid/trials/a/epochs.jsonl").read_text())
@@ -115,7 +115,7 @@ def test_keys_name_the_grid_point_the_same_way_every_time():
 
 
 def test_clear_removes_every_record(tmp_path):
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     _run(records, "a", 1)
     records.clear()
     assert records.keys() == [] and records.read("a") is None
@@ -129,7 +129,7 @@ def test_records_in_a_bucket(tmp_path, monkeypatch):
     with s3_server(tmp_path) as s3:
         for name, value in s3.env.items():
             monkeypatch.setenv(name, value)
-        records = Records.at(f"s3://{BUCKET}/sweep", "grid")
+        records = RecordStore.at(f"s3://{BUCKET}/sweep", "grid")
         _run(records, "a", 2)
         record = records.read("a")
         assert [r["epoch"] for r in record.rows] == [1, 2]
@@ -141,7 +141,7 @@ def test_records_in_a_bucket(tmp_path, monkeypatch):
 
 def test_a_bundles_members_keep_their_points_order(tmp_path):
     # A member's key is made from its point as written (the order the grid gave it).
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     member = {"sigma": 0.03, "method": "mi_backprop", "lam": 0.5, "seed": 0, "K": 2}
     records.start("b", {"epochs": 3, "members": [member]})
     (read,) = records.read("b").config["members"]
@@ -153,7 +153,7 @@ def test_a_bundles_members_keep_their_points_order(tmp_path):
 def test_a_launch_marks_the_records_place_before_any_trial_reports(tmp_path):
     # --resume asks whether a sweep was launched here (sweeps/core.py): the records decide,
     # not Tune's state, and a sweep stopped before its first report counts as launched.
-    records = Records.at(str(tmp_path), "grid")
+    records = RecordStore.at(str(tmp_path), "grid")
     assert not records.exist()
     (tmp_path / "grid").mkdir()
     (tmp_path / "grid" / "experiment_state-2026-11-28_10-00-00.json").write_text("{}")
@@ -167,16 +167,16 @@ def test_a_launch_marks_the_records_place_before_any_trial_reports(tmp_path):
 
 
 def test_a_session_continues_its_own_trial_and_not_a_bundle_of_other_members(tmp_path):
-    from trainables.record import RecordSession
+    from trainables.record import StoreSession
 
-    records = Records.at(str(tmp_path), "exp")
+    records = RecordStore.at(str(tmp_path), "exp")
     a, b, c = ({"lam": lam, "seed": 0} for lam in (0.5, 1.0, 2.0))
     bundle = {"epochs": 2, "point": {"members": [a, b]}}
-    first = RecordSession(records, bundle)
+    first = StoreSession(records, bundle)
     first.report({"epoch": 1}, {"state.pt": b"one"})
-    again = RecordSession(records, bundle)  # a restart of the same trial
+    again = StoreSession(records, bundle)  # a restart of the same trial
     assert again.restore() == {"state.pt": b"one"} and again.rows[0]["epoch"] == 1
     # The same key (first member, one more) with another member: a trial of its own.
-    other = RecordSession(records, {"epochs": 2, "point": {"members": [a, c]}})
+    other = StoreSession(records, {"epochs": 2, "point": {"members": [a, c]}})
     assert other.key == first.key and other.restore() is None and other.rows == []
     assert records.read(other.key).config["members"][1] == c

@@ -272,10 +272,10 @@ def test_a_record_of_another_grid_is_one_line_before_ray(tmp_path):
     # A record left by a sweep of other settings (a checkpoint of another lr cannot go on
     # under this one's): --resume refuses in one line, before Ray starts (a Ray started here
     # fails the test: tests/conftest.py, _no_ray_unless_marked), and leaves it as it was.
-    from trainables.record import Records
+    from trainables.record import RecordStore
 
     out = tmp_path / "out"
-    records = Records.at(str(out / "tune"), "digits_grid")
+    records = RecordStore.at(str(out / "tune"), "digits_grid")
     point = {"sigma": 0.03, "method": "mi_backprop", "lam": 0.0, "seed": 0, "K": 2}
     key = "sigma=0.03_method=mi_backprop_lam=0.0_seed=0_K=2"
     records.start(key, {**point, "epochs": 8, "lr": 0.5, "batch_size": 256})
@@ -299,14 +299,14 @@ def test_a_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_
     middle of the third epoch's write leaves it (part of that checkpoint's files, a
     half-written temporary file). No process of its Ray is left, and --resume leaves the
     finished trial alone and continues the bundle's members from their checkpoint."""
-    from trainables.record import Records
+    from trainables.record import RecordStore
 
     out = tmp_path / "out"
     # [lam 0 and 0.5 in one trial, lam 1 alone]: the bundle trains two nets an epoch, so the
     # plain trial, started beside it, finishes first.
     args = [*TINY, "--lam", "0,0.5,1", "--epochs", "3", "--bundle", "2", "--inner-z", "batch",
             "--out", str(out)]
-    records = Records.at(str(out / "tune"), "digits_grid")
+    records = RecordStore.at(str(out / "tune"), "digits_grid")
     bundle = "sigma=0.03_method=mi_backprop_lam=0.0_seed=0_K=2+1"
 
     def bundle_epochs() -> int:
@@ -360,9 +360,9 @@ def test_a_sigkilled_sweep_leaves_no_ray_and_resumes_without_rerunning_finished_
     assert [p.name for p in (trial_dir / "checkpoint").iterdir()] == ["000003"]
 
 
-# -- a driver stopped by Ctrl-C (test_done.py's stopped grid, which resumes it) or a SIGTERM to
-# its process group (test_group_signal.py) takes its trials and its Ray with it; the checks
-# are stop_driver and check_stopped above.
+# -- a driver stopped by Ctrl-C (test_finished_trials.py's stopped grid, which resumes it) or a
+# SIGTERM to its process group (test_group_signal.py) takes its trials and its Ray with it; the
+# checks are stop_driver and check_stopped above.
 
 def test_tunes_list_of_unstarted_trials_is_dropped_once_a_stop_came():
     import logging
@@ -436,10 +436,10 @@ def test_resuming_where_no_sweep_was_launched_is_one_line_before_ray(tmp_path, h
 
 @pytest.mark.ray
 def test_a_sweep_launched_but_stopped_before_any_report_resumes(tmp_path):
-    from trainables.record import Records
+    from trainables.record import RecordStore
 
     out = tmp_path / "out"
-    Records.at(str(out / "tune"), "digits_grid").begin()
+    RecordStore.at(str(out / "tune"), "digits_grid").begin()
     proc = _in_process(*TINY, "--lam", "0,1", "--out", str(out), "--resume", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "resume: 0 of 2 trials already finished" in proc.stdout

@@ -1,4 +1,4 @@
-"""The trial loop driven in-process by a RecordingSession (unbiased/trial.py), no Ray:
+"""The trial loop driven in-process by a MemorySession (unbiased/trial.py), no Ray:
 every epoch reported once with a checkpoint, an exact restart, a diverged trial, a device
 error; and a trial bundle (`run_bundle`) through the same session."""
 
@@ -13,7 +13,7 @@ from unbiased.benchmarks.digits import build as build_digits
 from unbiased.trial import (
     MEMBERS_KEY,
     InjectedFailure,
-    RecordingSession,
+    MemorySession,
     read_checkpoint,
     run_bundle,
     run_trial,
@@ -53,7 +53,7 @@ def _same(a: dict, b: dict, keys=None) -> None:
 
 
 def test_every_epoch_is_reported_once_with_a_checkpoint(build):
-    session = RecordingSession()
+    session = MemorySession()
     run_trial(_config(), build, session)
     assert [r["epoch"] for r in session.reports] == [1, 2, 3]
     assert session.checkpoints == 3
@@ -65,13 +65,13 @@ def test_every_epoch_is_reported_once_with_a_checkpoint(build):
 
 
 def test_a_restarted_trial_continues_exactly(build):
-    straight = RecordingSession()
+    straight = MemorySession()
     run_trial(_config(), build, straight)
-    first = RecordingSession()
+    first = MemorySession()
     with pytest.raises(InjectedFailure):
         run_trial(_config(fail_once_at_epoch=2), build, first)
     assert [r["epoch"] for r in first.reports] == [1]
-    again = RecordingSession(checkpoint=first.checkpoint)
+    again = MemorySession(checkpoint=first.checkpoint)
     run_trial(_config(fail_once_at_epoch=2), build, again)
     assert [r["epoch"] for r in again.reports] == [2, 3]
     assert again.reports[0]["start_epoch"] == 2
@@ -80,7 +80,7 @@ def test_a_restarted_trial_continues_exactly(build):
 
 
 def test_a_diverged_trial_reports_why_once_and_keeps_no_checkpoint(build):
-    session = RecordingSession()
+    session = MemorySession()
     run_trial(_config(nan_inputs=True), build, session)
     assert len(session.reports) == 1 and session.checkpoint is None
     assert session.reports[0]["diverged"].startswith("diverged at epoch 1")
@@ -88,7 +88,7 @@ def test_a_diverged_trial_reports_why_once_and_keeps_no_checkpoint(build):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_device_error_is_reported_once_and_trains_nothing(build):
-    session = RecordingSession(gpus=[0])
+    session = MemorySession(gpus=[0])
     run_trial(_config(device="auto"), build, session)
     assert len(session.reports) == 1 and session.checkpoint is None
     assert "GPUs [0] from Ray" in session.reports[0]["device_error"]
@@ -105,20 +105,20 @@ def _bundle_config(points=POINTS, **over) -> dict:
     return {**config, MEMBERS_KEY: points}
 
 
-def _member_reports(session: RecordingSession, key: str) -> list[dict]:
+def _member_reports(session: MemorySession, key: str) -> list[dict]:
     prefix = f"{key}/"
     return [{k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)}
             for r in session.reports if f"{prefix}epoch" in r]
 
 
 def test_a_bundle_reports_every_member_every_epoch_as_its_trial_would(build):
-    bundled = RecordingSession()
+    bundled = MemorySession()
     run_bundle(_bundle_config(), build, bundled)
     assert [r["epoch"] for r in bundled.reports] == [1, 2, 3]
     states = read_checkpoint(bundled.checkpoint)
     assert sorted(states) == ["m0", "m1", "m2"]
     for i, point in enumerate(POINTS):
-        alone = RecordingSession()
+        alone = MemorySession()
         run_trial(_config(**point), build, alone)
         member = _member_reports(bundled, f"m{i}")
         assert [r["epoch"] for r in member] == [1, 2, 3]
@@ -134,12 +134,12 @@ def test_a_bundle_reports_every_member_every_epoch_as_its_trial_would(build):
 
 
 def test_a_restarted_bundle_continues_exactly(build):
-    straight = RecordingSession()
+    straight = MemorySession()
     run_bundle(_bundle_config(), build, straight)
-    first = RecordingSession()
+    first = MemorySession()
     with pytest.raises(InjectedFailure):
         run_bundle(_bundle_config(fail_once_at_epoch=2), build, first)
-    again = RecordingSession(checkpoint=first.checkpoint)
+    again = MemorySession(checkpoint=first.checkpoint)
     run_bundle(_bundle_config(fail_once_at_epoch=2), build, again)
     assert [r["epoch"] for r in again.reports] == [2, 3]
     for key in ("m0", "m1", "m2"):
@@ -151,7 +151,7 @@ def test_a_restarted_bundle_continues_exactly(build):
 def test_a_diverged_member_is_reported_once_and_frozen_the_others_go_on(build):
     points = [{"lam": 0.0, "seed": 0}, {"lam": 1.0, "seed": 0, "nan_inputs": True},
               {"lam": 1.0, "seed": 1}]
-    first = RecordingSession()
+    first = MemorySession()
     run_bundle(_bundle_config(points, epochs=2), build, first)
     diverged = _member_reports(first, "m1")
     assert len(diverged) == 1 and diverged[0]["diverged"].startswith("diverged at epoch 1")
@@ -161,7 +161,7 @@ def test_a_diverged_member_is_reported_once_and_frozen_the_others_go_on(build):
     states = read_checkpoint(first.checkpoint)
     assert states["m1"] == {"diverged": diverged[0]["diverged"], "epoch": 2}
     # Continued for a third epoch from that checkpoint: the diverged member stays out.
-    more = RecordingSession(checkpoint=first.checkpoint)
+    more = MemorySession(checkpoint=first.checkpoint)
     run_bundle(_bundle_config(points, epochs=3), build, more)
     assert [r["epoch"] for r in more.reports] == [3]
     assert _member_reports(more, "m1") == [] and len(_member_reports(more, "m2")) == 1
@@ -170,14 +170,14 @@ def test_a_diverged_member_is_reported_once_and_frozen_the_others_go_on(build):
 def test_every_epoch_says_its_precision_and_tf32_with_deterministic_is_refused(build):
     # On a CPU: fp32, or bf16-g with --amp (--tf32 changes nothing there: GPU matmuls);
     # a bundle's members say theirs.
-    plain, amp = RecordingSession(), RecordingSession()
+    plain, amp = MemorySession(), MemorySession()
     run_trial(_config(epochs=1, tf32=True), build, plain)
     run_trial(_config(epochs=1, amp=True), build, amp)
     assert [r["precision"] for r in plain.reports] == ["fp32"]
     assert [r["precision"] for r in amp.reports] == ["bf16-g"]
-    bundled = RecordingSession()
+    bundled = MemorySession()
     run_bundle(_bundle_config(epochs=1, amp=True), build, bundled)
     for i in range(len(POINTS)):
         assert [r["precision"] for r in _member_reports(bundled, f"m{i}")] == ["bf16-g"]
     with pytest.raises(ValueError, match="--tf32.*--deterministic"):
-        run_trial(_config(tf32=True, deterministic=True), build, RecordingSession())
+        run_trial(_config(tf32=True, deterministic=True), build, MemorySession())

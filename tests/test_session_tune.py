@@ -9,12 +9,12 @@ import pytest
 
 from trainables.record import records_root
 from unbiased.settings import RECORDS_KEY
-from unbiased.trial import RecordingSession, checkpoint_files, read_checkpoint
+from unbiased.trial import MemorySession, checkpoint_files, read_checkpoint
 
 
 def test_the_recording_session_gives_the_checkpoints_it_was_given():
     baseline = checkpoint_files({"": {"epoch": 3, "by": "a"}})
-    session = RecordingSession(others={"a": baseline})
+    session = MemorySession(others={"a": baseline})
     assert read_checkpoint(session.checkpoint_of("a"))[""] == {"epoch": 3, "by": "a"}
     assert session.checkpoint_of("c") is None
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from unbiased.stopping import EpochRecord, could_be_picked, pick_epoch
+from unbiased.stopping import EstimatedEpoch, could_be_picked, pick_epoch
 
 
-def _records(rows: list[tuple[float, float]]) -> list[EpochRecord]:
-    return [EpochRecord(i + 1, acc, mi) for i, (acc, mi) in enumerate(rows)]
+def _records(rows: list[tuple[float, float]]) -> list[EstimatedEpoch]:
+    return [EstimatedEpoch(i + 1, acc, mi) for i, (acc, mi) in enumerate(rows)]
 
 
 def test_picks_the_lowest_mi_among_epochs_that_fit():
@@ -31,7 +31,7 @@ def test_only_dominated_epochs_are_dropped_and_the_pick_is_always_kept():
     assert {2, 3, 4} <= keep
     # whatever comes next, the rule's choice is among the kept epochs
     for extra in [(0.99, 3.0), (0.91, 0.1), (1.0, 0.95), (0.93, 0.4)]:
-        more = recs + [EpochRecord(len(recs) + 1, *extra)]
+        more = recs + [EstimatedEpoch(len(recs) + 1, *extra)]
         assert pick_epoch(more) in could_be_picked(recs) | {len(more)}
 
 
@@ -85,19 +85,19 @@ def test_nan_or_infinite_estimates_are_never_picked_and_never_crash():
 def test_an_estimate_below_its_prediction_floor_is_an_estimator_failure():
     # full MNIST, seed 7: mi_eval ~0 on a model that fits the labels, below the ~1.9 nats
     # the same estimator reads on its one-hot predictions (a function of z).
-    recs = [EpochRecord(1, 0.95, 2.4, floor=1.8), EpochRecord(2, 0.96, 1.6, floor=1.8),
-            EpochRecord(3, 0.97, 0.0, floor=1.8), EpochRecord(4, 0.97, -0.01, floor=1.7)]
+    recs = [EstimatedEpoch(1, 0.95, 2.4, floor=1.8), EstimatedEpoch(2, 0.96, 1.6, floor=1.8),
+            EstimatedEpoch(3, 0.97, 0.0, floor=1.8), EstimatedEpoch(4, 0.97, -0.01, floor=1.7)]
     assert recs[2].estimator_failed() and not recs[1].estimator_failed()
     assert pick_epoch(recs) == 2  # within the margin of its floor: a sound low estimate
     assert could_be_picked(recs) == {2}
     # the conditional rule checks the conditional floor
-    cond = [EpochRecord(1, 0.95, 2.0, 0.9, floor_cond=0.2),
-            EpochRecord(2, 0.96, 2.0, -0.9, floor_cond=0.2)]
+    cond = [EstimatedEpoch(1, 0.95, 2.0, 0.9, floor_cond=0.2),
+            EstimatedEpoch(2, 0.96, 2.0, -0.9, floor_cond=0.2)]
     assert pick_epoch(cond, criterion="mi_eval_cond") == 1
     # ... and the plain one: seed 7's failed epochs read ~0 on both, and ~0 is the
     # conditional floor, so only mi_eval's floor shows the estimator failing on that z
-    seed7 = [EpochRecord(9, 0.97, 1.57, 0.37, 1.8, 0.05),
-             EpochRecord(11, 0.69 + 0.2, -0.00, -0.00, 1.8, 0.0)]
+    seed7 = [EstimatedEpoch(9, 0.97, 1.57, 0.37, 1.8, 0.05),
+             EstimatedEpoch(11, 0.69 + 0.2, -0.00, -0.00, 1.8, 0.0)]
     assert pick_epoch(seed7, criterion="mi_eval_cond") == 9
     # no floor measured (NaN): no check
     assert pick_epoch(_records([(0.9, 5.0), (0.9, -3.0)])) == 2
@@ -112,14 +112,14 @@ def test_the_pick_is_always_among_the_kept_epochs_even_for_near_ties():
     for criterion in ("mi_eval", "mi_eval_cond"):
         for _ in range(300):
             kept: set[int] = set()
-            recs: list[EpochRecord] = []
+            recs: list[EstimatedEpoch] = []
             base = rng.choice([1.0, 0.3])
             for epoch in range(1, rng.randint(2, 12)):
                 value = base + rng.choice([0.0, 1e-10, -1e-10, 2e-9, 0.5, -0.5,
                                            float("nan")])
                 acc = rng.choice([0.9, 0.92, 0.95, 0.95 + 1e-13, 0.99])
                 floor = rng.choice([float("nan"), 0.0, 1.5])
-                recs.append(EpochRecord(epoch, acc, value, value, floor, floor))
+                recs.append(EstimatedEpoch(epoch, acc, value, value, floor, floor))
                 kept = (kept | {epoch}) & could_be_picked(recs, criterion)
                 chosen = pick_epoch(recs, criterion=criterion)
                 assert chosen is None or chosen in kept, (recs, chosen, kept)
@@ -127,7 +127,7 @@ def test_the_pick_is_always_among_the_kept_epochs_even_for_near_ties():
 
 def test_old_checkpoint_records_still_load():
     old = {"epoch": 3, "train_acc": 0.9, "mi_eval": 1.2}  # written before the floors
-    rec = EpochRecord(**old)
+    rec = EstimatedEpoch(**old)
     assert rec.usable("mi_eval") and not rec.usable("mi_eval_cond")
 
 

@@ -88,7 +88,7 @@ def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, tiny_digi
     import torch
 
     from sweeps.results_frame import selected_rows
-    from unbiased.stopping import CRITERION, EpochRecord, pick_epoch
+    from unbiased.stopping import CRITERION, EstimatedEpoch, pick_epoch
 
     if rule == "lowest_mi":
         result = request.getfixturevalue("lowest_mi_trial_without_lam")
@@ -101,7 +101,7 @@ def test_lowest_mi_stopping_marks_one_epoch_with_its_own_mi_eval(rule, tiny_digi
     for col in ("mi_eval", "mi_eval_cond", "mi_floor", "mi_floor_cond"):
         assert df[col].notna().all(), col
     chosen = int(df["selected_epoch"].dropna().iloc[-1])
-    records = [EpochRecord(int(r.epoch), float(r.train_acc), float(r.mi_eval),
+    records = [EstimatedEpoch(int(r.epoch), float(r.train_acc), float(r.mi_eval),
                            float(r.mi_eval_cond), float(r.mi_floor), float(r.mi_floor_cond))
                for r in df.itertuples()]
     assert chosen == (pick_epoch(records, criterion=CRITERION[rule]) or 3)

@@ -20,7 +20,7 @@ from unbiased.data import (
 )
 from unbiased.methods import make_method
 from unbiased.models import MLPFeatures
-from unbiased.trial import RecordingSession, run_trial
+from unbiased.trial import MemorySession, run_trial
 
 # (y, c) of the training rows: a common group and three rare ones, as under a strong bias.
 PAIRS = [(0, 0)] * 30 + [(1, 1)] * 30 + [(0, 1)] * 4 + [(1, 0)] * 2
@@ -131,7 +131,7 @@ def test_the_methods_own_sampler_is_group_dros_groups_and_everyone_elses_shuffle
 
 
 def _trial(config: dict) -> list[dict]:
-    session = RecordingSession()
+    session = MemorySession()
     run_trial({"method": "group_reweight", "lam": 0.0, "seed": 0, "epochs": 2,
                "batch_size": 8, "lr": 1e-2, "mi_eval_steps": 5, **config},
               lambda cfg: _bench(), session)

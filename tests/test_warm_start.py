@@ -12,7 +12,7 @@ from tests.conftest import SMALL_NET
 from tests.drivers import run_main
 from unbiased.benchmarks.digits import build as build_digits
 from unbiased.settings import WARM_FROM
-from unbiased.trial import RecordingSession, WarmStartError, run_trial
+from unbiased.trial import MemorySession, WarmStartError, run_trial
 
 # A warm trial at an lr too small to move g and f: its first epoch's train_acc is then the
 # baseline's last, and a fresh start's (an untrained LeNet) would be far from it.
@@ -33,24 +33,24 @@ def build(tiny_digits):
 
 
 def test_a_warm_trial_starts_from_its_baselines_last_checkpoint(build):
-    baseline = RecordingSession()
+    baseline = MemorySession()
     run_trial(_config(), build, baseline)
     trained = baseline.reports[-1]["train_acc"]
     assert trained > 0.3  # two epochs at lr 1e-3 learnt something
 
-    warm = RecordingSession(others={"lam=0.0": baseline.checkpoint})
+    warm = MemorySession(others={"lam=0.0": baseline.checkpoint})
     run_trial(_config(lam=0.01, **{WARM_FROM: "lam=0.0"}), build, warm)
     first = warm.reports[0]
     assert first["epoch"] == 1 and first["start_epoch"] == 1  # a trial of its own
     assert first["train_acc"] == pytest.approx(trained, abs=1e-9)
 
-    cold = RecordingSession()
+    cold = MemorySession()
     run_trial(_config(lam=0.01), build, cold)
     assert abs(cold.reports[0]["train_acc"] - trained) > 0.1
 
 
 def test_a_baseline_without_a_checkpoint_is_a_clear_error(build):
-    session = RecordingSession(others={})
+    session = MemorySession(others={})
     with pytest.raises(WarmStartError, match="trial lam=0.0 .* left no checkpoint"):
         run_trial(_config(lam=0.01, **{WARM_FROM: "lam=0.0"}), build, session)
     assert session.reports == []

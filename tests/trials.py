@@ -1,5 +1,5 @@
 """A trial run in the test's own process, as Tune runs it but without Ray: `run_recorded`
-drives `run_trial` (unbiased/trial.py) through a `RecordingSession`, and restarts it from
+drives `run_trial` (unbiased/trial.py) through a `MemorySession`, and restarts it from
 its last checkpoint when it raises, as Tune does with `max_failures`. Each checkpoint goes
 through the same bytes as under Tune (`checkpoint_files`), so a restart here reads
 what a restart under Tune reads."""
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from unbiased.benchmarks import benchmark_spec
-from unbiased.trial import RecordingSession, read_checkpoint, run_trial
+from unbiased.trial import MemorySession, read_checkpoint, run_trial
 
 
 @dataclass
@@ -35,7 +35,7 @@ def run_recorded(benchmark: str, config: dict, max_failures: int = 0,
     reports: list[dict] = []
     checkpoint = None
     for _ in range(max_failures + 1):
-        session = RecordingSession(checkpoint=checkpoint)
+        session = MemorySession(checkpoint=checkpoint)
         try:
             run_trial(dict(config), lambda cfg: spec.build(cfg, **loaded), session)
             error = None

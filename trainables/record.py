@@ -84,20 +84,20 @@ def records_root(storage: str, experiment: str) -> str:
     return storage.rstrip("/") + "/" + experiment + "/" + TRIALS_DIR
 
 
-class Records:
+class RecordStore:
     """The records of one experiment's trials under `storage` (a path or a URI)."""
 
     def __init__(self, filesystem: pafs.FileSystem | None, root: str) -> None:
         self._fs, self._root = filesystem, root.rstrip("/")
 
     @classmethod
-    def at(cls, storage: str, experiment: str) -> Records:
+    def at(cls, storage: str, experiment: str) -> RecordStore:
         """The records of `experiment` in the sweep's storage (a path or a URI; a bucket is
         reached at the first read or write, not before: a dry run never reaches it)."""
         return cls.located(records_root(storage, experiment))
 
     @classmethod
-    def located(cls, root: str) -> Records:
+    def located(cls, root: str) -> RecordStore:
         """The records in the directory `root` (a path or a URI: `records_root`)."""
         if "://" in root:
             return cls(None, root)
@@ -233,14 +233,14 @@ class Records:
             self.fs.delete_dir(self.root)
 
 
-class RecordSession:
+class StoreSession:
     """The session of a trial (unbiased/trial.py's TrialSession) that keeps its rows and
     checkpoints in its record: a restart, in this process or another, continues from the
     record's last checkpoint. Without Ray (a piece, sweeps/piece.py); TuneSession
     (trainables/tune_trial.py) is this one under Tune. `config`: the trial's config, its grid
     point under "point" (the record's key); `trial_id` names a trial without one."""
 
-    def __init__(self, records: Records, config: dict, trial_id: str = "") -> None:
+    def __init__(self, records: RecordStore, config: dict, trial_id: str = "") -> None:
         self.records = records
         self.config = config
         self.key = trial_key_of(config) or trial_id

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trainables.record import RESTORED, Records, RecordSession, reported
+from trainables.record import RESTORED, RecordStore, StoreSession, reported
 from unbiased.benchmarks import benchmark_spec
 from unbiased.settings import RECORDS_KEY, flat_config
 from unbiased.trial import MEMBERS_KEY, machine_id, run_bundle, run_trial
@@ -52,8 +52,8 @@ def tune_session(config: dict) -> TuneSession:
     return TuneSession(config)
 
 
-class TuneSession(RecordSession):
-    """The session of a Ray Tune function trainable: a RecordSession over the records in the
+class TuneSession(StoreSession):
+    """The session of a Ray Tune function trainable: a StoreSession over the records in the
     sweep's storage, which every launch and every restart reads, that also gives Tune each
     report, without a checkpoint (its scheduler, progress, trackers and searchers read the
     metrics). `config`: the trial's config as Tune gave it; made in the trial's worker."""
@@ -65,7 +65,7 @@ class TuneSession(RecordSession):
             raise ValueError(f"a Tune trial's config names where its record lives "
                              f"({RECORDS_KEY!r}, trainables/record.py: records_root); the "
                              f"sweep's Tuner sets it (sweeps/runner.py)")
-        super().__init__(Records.located(str(config[RECORDS_KEY])), config,
+        super().__init__(RecordStore.located(str(config[RECORDS_KEY])), config,
                          tune.get_context().get_trial_id())
 
     def restore(self) -> dict[str, bytes] | None:

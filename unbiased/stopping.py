@@ -38,7 +38,7 @@ FLOOR_MARGIN_NATS = 0.5
 
 
 @dataclass(frozen=True)
-class EpochRecord:
+class EstimatedEpoch:
     epoch: int
     train_acc: float
     mi_eval: float
@@ -64,8 +64,8 @@ class EpochRecord:
                 and not self.estimator_failed())
 
 
-def _eligible(records: list[EpochRecord], criterion: str, tolerance: float
-              ) -> list[EpochRecord]:
+def _eligible(records: list[EstimatedEpoch], criterion: str, tolerance: float
+              ) -> list[EstimatedEpoch]:
     usable = [r for r in records if r.usable(criterion)]
     if not usable:
         return []
@@ -73,7 +73,7 @@ def _eligible(records: list[EpochRecord], criterion: str, tolerance: float
     return [r for r in usable if r.train_acc >= best_acc - tolerance - _FIT_EPS]
 
 
-def pick_epoch(records: list[EpochRecord], tolerance: float = EPOCH_TOLERANCE,
+def pick_epoch(records: list[EstimatedEpoch], tolerance: float = EPOCH_TOLERANCE,
                criterion: str = "mi_eval") -> int | None:
     """The epoch the rule chooses among `records` (at least one), or None when no epoch is
     usable (every estimate NaN/inf or below its floor): the caller reports its last epoch
@@ -87,7 +87,7 @@ def pick_epoch(records: list[EpochRecord], tolerance: float = EPOCH_TOLERANCE,
     return max(r.epoch for r in fits if r.value(criterion) == lowest)
 
 
-def could_be_picked(records: list[EpochRecord], criterion: str = "mi_eval") -> set[int]:
+def could_be_picked(records: list[EstimatedEpoch], criterion: str = "mi_eval") -> set[int]:
     """Epochs that some later history could still make `pick_epoch` choose: usable ones that
     no other usable epoch dominates (a later epoch with train_acc >= and an estimate <= wins
     whenever this one is eligible). Only their weights need keeping. A later epoch can raise

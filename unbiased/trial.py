@@ -17,9 +17,9 @@ trial runs, and can read another trial's last checkpoint of the same sweep (a wa
 a baseline trained before it). A checkpoint is one state per member of the trial (a plain
 trial has one member, ""; a bundle one per grid point), made files by `checkpoint_files` in
 the trial (so its `ckpt_s` counts the writing) and read back by `read_checkpoint`: every
-session stores the same bytes. `RecordSession` (trainables/record.py) keeps them in the
+session stores the same bytes. `StoreSession` (trainables/record.py) keeps them in the
 trial's record (`python -m sweeps piece` runs the loop with it, without Ray), `TuneSession`
-(trainables/tune_trial.py) is that one under Ray Tune; `RecordingSession` keeps the reports
+(trainables/tune_trial.py) is that one under Ray Tune; `MemorySession` keeps the reports
 and the last checkpoint's bytes in memory (the tests drive the loop with it).
 
 A trial bundle (`--bundle N`, `run_bundle`) trains several grid points as one trial. Its
@@ -61,7 +61,7 @@ from unbiased.settings import (
 from unbiased.stopping import (
     CRITERION,
     SELECT_EPOCH_RULES,
-    EpochRecord,
+    EstimatedEpoch,
     could_be_picked,
     pick_epoch,
 )
@@ -135,7 +135,7 @@ def machine_id() -> str:
         return socket.gethostname()
 
 
-class RecordingSession:
+class MemorySession:
     """Reports kept in memory with the last checkpoint's files: a test drives run_trial with
     it, restarts from `checkpoint` (a new session given the old one's), and reads `reports`."""
 
@@ -306,7 +306,7 @@ class Plan:
         return epoch == self.epochs or (self.stopping and epoch % self.every == 0)
 
 
-class StoppingRecords:
+class EpochPicker:
     """The lowest-MI rule's bookkeeping over a run: every estimated epoch's (train_acc,
     mi_eval, ...) and the weights of the epochs the rule could still pick (a small Pareto
     set), both kept in every checkpoint so a restart loses nothing."""
@@ -314,12 +314,12 @@ class StoppingRecords:
     def __init__(self, criterion: str, state: dict | None) -> None:
         self.criterion = criterion
         state = state or {}
-        self.records = [EpochRecord(**r) for r in state.get("records", [])]
+        self.records = [EstimatedEpoch(**r) for r in state.get("records", [])]
         self.kept: dict[int, dict] = dict(state.get("kept", {}))
 
     def add(self, epoch: int, metrics: dict, state: dict) -> None:
         """An estimated epoch: its record, and its g and f while the rule could pick it."""
-        self.records.append(EpochRecord(
+        self.records.append(EstimatedEpoch(
             epoch, float(metrics["train_acc"]), float(metrics["mi_eval"]),
             float(metrics["mi_eval_cond"]), float(metrics["mi_floor"]),
             float(metrics["mi_floor_cond"])))
@@ -424,7 +424,7 @@ def fresh_estimates(algo, plan: Plan) -> dict[str, float]:
     return estimates
 
 
-def select_epoch(algo, plan: Plan, rule: StoppingRecords | None, state: dict,
+def select_epoch(algo, plan: Plan, rule: EpochPicker | None, state: dict,
                  metrics: dict) -> float:
     """At the last epoch: the epoch the trial reports as selected (`selected_epoch`), and
     with the stopping rule its weights in the checkpoint (under "selected") and its estimates
@@ -510,7 +510,7 @@ def epoch_columns(config: dict, device: torch.device, session: TrialSession) -> 
 
 def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSession) -> None:
     """Train one trial. `build(config)` returns the benchmark (on CPU); `session` is Tune's
-    (trainables/tune_trial.py) or a RecordingSession."""
+    (trainables/tune_trial.py) or a MemorySession."""
     config, device = start_trial(config, session)
     if device is None:
         return
@@ -524,7 +524,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSe
     restored = restore(algo, session)
     if restored is None and plan.warm_from is not None:
         warm_start(algo, session, plan.warm_from)
-    rule = StoppingRecords(plan.criterion, restored) if plan.stopping else None
+    rule = EpochPicker(plan.criterion, restored) if plan.stopping else None
     start_epoch = algo.epoch + 1
     where = epoch_columns(config, device, session)
 
@@ -543,7 +543,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSe
         report_with_checkpoint(session, {"": state}, metrics, ckpt_start, epoch_start)
 
 
-def close_epoch(algo, plan: Plan, rule: StoppingRecords | None, metrics: dict,
+def close_epoch(algo, plan: Plan, rule: EpochPicker | None, metrics: dict,
                 watched: tuple[str, ...]) -> tuple[dict | None, float]:
     """After an epoch's training and evaluation: whether it diverged (then `diverged` in
     metrics and no state), MI re-estimated where the plan says, the stopping rule's records,
@@ -610,7 +610,7 @@ def run_bundle(config: dict, build: Callable[[dict], Benchmark], session: TrialS
     for key, algo in zip(keys, algos, strict=True):
         if key in diverged:
             algo.epoch = reached  # frozen where it was; it keeps the others' step
-    rules = [StoppingRecords(p.criterion, states.get(k)) if p.stopping else None
+    rules = [EpochPicker(p.criterion, states.get(k)) if p.stopping else None
              for p, k in zip(plans, keys, strict=True)]
     # On a GPU the critic's shuffles of all members come in one draw a step (unbiased/
     # methods/bundle.py, DRAWS); on a CPU each member draws its own, as its run alone.

@@ -163,9 +163,9 @@ def test_a_grid_stopped_by_ctrl_c_leaves_nothing_behind_and_resumes_in_order(
 def test_a_trial_taken_over_keeps_its_stopping_rules_warning(tmp_path):
     # Its own run ended "ok; no epoch with a usable ...": the stopping rule's note lives only
     # in that status, and the table's warning list must still show it after --done.
-    from sweeps.done import import_done, point_records, read_done, split_done
+    from sweeps.finished_trials import import_done, point_records, read_done, split_done
     from sweeps.results_frame import results_frame
-    from trainables.record import Records
+    from trainables.record import RecordStore
 
     note = ("no epoch with a usable mi_eval_cond (NaN or below its prediction floor): "
             "last epoch")
@@ -174,7 +174,7 @@ def test_a_trial_taken_over_keeps_its_stopping_rules_warning(tmp_path):
     rows.to_csv(tmp_path / "e.csv", index=False)
     keys = ("method", "K", "sigma", "lam", "seed")
     point = {"sigma": 0.03, "method": "mi_backprop", "lam": 0.0, "seed": 0, "K": 2}
-    records, fixed = Records.at(str(tmp_path / "tune"), "g"), {"epochs": 2, "lr": 0.001}
+    records, fixed = RecordStore.at(str(tmp_path / "tune"), "g"), {"epochs": 2, "lr": 0.001}
     _, whole = split_done(tmp_path / "e.csv", read_done(tmp_path / "e.csv", keys), [point],
                           fixed)
     assert import_done(records, tmp_path / "e.csv", whole, fixed) == 1

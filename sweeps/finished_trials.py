@@ -7,7 +7,7 @@ a trial that started and did not finish continues from its own last checkpoint; 
 start. `--resume` is a launch that keeps the records of the earlier ones in OUT; a launch
 without it starts a new sweep and clears them.
 
-Records live where the sweep's storage is, and a machine's disk goes with the machine. What
+RecordStore live where the sweep's storage is, and a machine's disk goes with the machine. What
 survives is the CSV of every finished epoch `python -m sweeps export` writes, which the team
 commits under bench/results/. With `--done FILE`, before the launch every grid point whose
 epochs 1..E are all in FILE becomes a record of its own (without a checkpoint): it is not
@@ -32,7 +32,7 @@ import pandas as pd
 
 from analysis.results import CRITIC_WARNING, OK_WARNING
 from sweeps.common import SweepError
-from trainables.record import Records, plain, trial_key
+from trainables.record import RecordStore, plain, trial_key
 from unbiased.settings import SETTINGS_KEY, flat_point
 
 # Shared settings that do not change a trial's numbers: where the data is, how many threads.
@@ -136,7 +136,7 @@ def _selection_note(own: pd.DataFrame) -> str:
                      if w and not w.startswith(CRITIC_WARNING))
 
 
-def import_done(records: Records, path: Path, done: list[tuple[dict, pd.DataFrame]],
+def import_done(records: RecordStore, path: Path, done: list[tuple[dict, pd.DataFrame]],
                 fixed: dict) -> int:
     """Every point FILE holds whole (`split_done`'s `done`) that has no ended record, made a
     record of its own (its rows, no checkpoint); returns how many there were."""
@@ -165,7 +165,7 @@ def _missing(value: object) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def point_records(records: Records, fixed: dict, points: list[dict] | None = None
+def point_records(records: RecordStore, fixed: dict, points: list[dict] | None = None
                   ) -> dict[str, tuple[pd.DataFrame, dict, str, bool]]:
     """Every grid point's rows in the records, by its key: (rows, flat config, the key of
     the trial it ran in, whether that trial finished); a bundle's members each under their
