@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sweeps import digits_grid
     from sweeps.core import run_grid
-    from unbiased.benchmarks.digits import DIGITS
+    from unbiased.benchmarks.digits.spec import DIGITS
 
     presets = DIGITS
     if args.root is None:

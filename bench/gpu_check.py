@@ -222,7 +222,7 @@ def _fmt(value: float, digits: int = 2) -> str:
 def summarise(out: Path, epochs: int) -> tuple[list[str], dict]:
     import pandas as pd
 
-    from unbiased.benchmarks.digits import DIGITS
+    from unbiased.benchmarks.digits.spec import DIGITS
 
     df = pd.read_parquet(out / "results.parquet")
     paper = DIGITS["paper"]
@@ -261,7 +261,7 @@ def summarise(out: Path, epochs: int) -> tuple[list[str], dict]:
 
 def projection(facts: dict) -> list[str]:
     """The paper grid's GPU time from the slice's seconds (4 trials on one GPU as measured)."""
-    from unbiased.benchmarks.digits import DIGITS
+    from unbiased.benchmarks.digits.spec import DIGITS
 
     paper = DIGITS["paper"]
     every, epochs = facts["every"], facts["paper_epochs"]
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     restored = measured.get("restored", [])
     if len(reported) != 4 or not all(once.values()):
         failed.append("every epoch exactly once")
-    from unbiased.benchmarks.digits import DIGITS
+    from unbiased.benchmarks.digits.spec import DIGITS
 
     if DIGITS.get(args.preset, {}).get("cuda_graphs") and not measured.get("graphed"):
         failed.append("a trial of a --cuda-graphs preset ran eager (its log says why)")

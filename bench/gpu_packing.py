@@ -36,7 +36,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from unbiased.benchmarks.digits import DIGITS  # noqa: E402
+from unbiased.benchmarks.digits.spec import DIGITS  # noqa: E402
 
 EPOCHS_PAPER = 150
 TRAIN_ROWS = 60_000
@@ -45,7 +45,7 @@ TRAIN_ROWS = 60_000
 def worker(rank: int, opts: dict, barrier, results) -> None:
     from inner_loop import FirstSteps, tiled
 
-    from unbiased.benchmarks import colored_mnist
+    from unbiased.benchmarks.digits import data as colored_mnist
     from unbiased.methods import make_method
     from unbiased.mine import mi_eval
 

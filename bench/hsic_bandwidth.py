@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import unbiased.methods.hsic as hsic_module  # noqa: E402
-from unbiased.benchmarks.colored_mnist import build, load_grey_digits  # noqa: E402
+from unbiased.benchmarks.digits.data import build, load_grey_digits  # noqa: E402
 from unbiased.methods import make_method  # noqa: E402
 
 _IN_GRAPH = hsic_module.hsic

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from unbiased.benchmarks import imdb_faces  # noqa: E402
+from unbiased.benchmarks.imdb import data as imdb_faces  # noqa: E402
 from unbiased.data import Benchmark, TensorSplit  # noqa: E402
 from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
 from unbiased.models import ResNetFeatures  # noqa: E402

@@ -47,7 +47,7 @@ if __package__ in (None, ""):
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from unbiased.benchmarks import colored_mnist  # noqa: E402
+from unbiased.benchmarks.digits import data as colored_mnist  # noqa: E402
 from unbiased.data import Batch, Benchmark, TensorSplit  # noqa: E402
 from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
 

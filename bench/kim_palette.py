@@ -10,8 +10,8 @@ here with the search tool's `fetch`; pass its git directory as --repo):
   rows of test digits), resized.
 
 This script decodes them, checks the stroke against MNIST's grey digits (--root), estimates
-each class's mean and the within-class spread, and prints what unbiased/benchmarks/
-colored_mnist.py's KIM_COLOURS and docs/MEASURED.md rest on. With --csv it writes every
+each class's mean and the within-class spread, and prints what KIM_COLOURS (in
+unbiased/benchmarks/digits/data.py) and docs/MEASURED.md rest on. With --csv it writes every
 decoded colour (source, image, label, r, g, b on 0-255).
 
     .venv/bin/python bench/kim_palette.py --root ../shared/data/mnist \\
@@ -114,7 +114,7 @@ def main() -> int:
             rows.append(("figure train row", i, k, *np.round(fig[i, k]).astype(int).tolist()))
 
     if a.root is not None:
-        from unbiased.benchmarks.colored_mnist import FLAT_THRESHOLD, load_mnist
+        from unbiased.benchmarks.digits.data import FLAT_THRESHOLD, load_mnist
 
         digits = load_mnist(a.root)
         for name, imgs in images.items():
@@ -191,7 +191,7 @@ def main() -> int:
 
 
 def _module_palette() -> np.ndarray:
-    from unbiased.benchmarks.colored_mnist import KIM_COLOURS
+    from unbiased.benchmarks.digits.data import KIM_COLOURS
 
     return KIM_COLOURS.numpy()
 

@@ -25,7 +25,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from unbiased.benchmarks.colored_mnist import build, load_mnist5k  # noqa: E402
+from unbiased.benchmarks.digits.data import build, load_mnist5k  # noqa: E402
 from unbiased.methods import ERM, METHODS, TrainConfig, make_method  # noqa: E402
 
 

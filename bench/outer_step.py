@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from unbiased.benchmarks.colored_mnist import build, load_mnist5k  # noqa: E402
+from unbiased.benchmarks.digits.data import build, load_mnist5k  # noqa: E402
 from unbiased.graphs import WARMUP_CALLS  # noqa: E402
 from unbiased.methods.bundle import MIBackpropBundle  # noqa: E402
 from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402

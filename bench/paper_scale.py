@@ -22,7 +22,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from unbiased.benchmarks.colored_mnist import build, load_grey_digits  # noqa: E402
+from unbiased.benchmarks.digits.data import build, load_grey_digits  # noqa: E402
 from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig  # noqa: E402
 from unbiased.mine import mi_eval  # noqa: E402
 

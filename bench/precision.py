@@ -81,7 +81,7 @@ def set_precision(settings: dict, device: torch.device) -> str:
 
 def step_rows(args: argparse.Namespace, name: str, device: torch.device) -> list[dict]:
     """outer_step.py's graphed rows (eager on a CPU) at one precision."""
-    from unbiased.benchmarks.colored_mnist import build, load_grey_digits
+    from unbiased.benchmarks.digits.data import build, load_grey_digits
 
     settings = PRECISIONS[name]
     reported = set_precision(settings, device)

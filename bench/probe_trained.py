@@ -27,7 +27,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from unbiased.benchmarks import colored_mnist  # noqa: E402
+from unbiased.benchmarks.digits import data as colored_mnist  # noqa: E402
 from unbiased.data import TensorSplit  # noqa: E402
 from unbiased.methods import make_method  # noqa: E402
 from unbiased.mine import mi_eval  # noqa: E402

@@ -35,9 +35,9 @@ import torch  # noqa: E402
 
 from sweeps.cli import SweepArgs  # noqa: E402
 from sweeps.digits_grid import GRID  # noqa: E402
-from unbiased.benchmarks.colored_mnist import GreyDigits, load_mnist5k  # noqa: E402
-from unbiased.benchmarks.digits import DIGITS  # noqa: E402
-from unbiased.benchmarks.digits import build as build_digits  # noqa: E402
+from unbiased.benchmarks.digits.data import GreyDigits, load_mnist5k  # noqa: E402
+from unbiased.benchmarks.digits.spec import DIGITS  # noqa: E402
+from unbiased.benchmarks.digits.spec import build as build_digits  # noqa: E402
 from unbiased.methods import make_method  # noqa: E402
 from unbiased.mine import mi_eval  # noqa: E402
 

@@ -175,7 +175,7 @@ class SweepArgs:
 
 
 # Keys a preset may hold that say which grid it is, not what its trials get: an experiment of
-# its own and that grid's data axes (the ablations of digits, unbiased/benchmarks/digits.py).
+# its own and that grid's data axes (the ablations of digits, unbiased/benchmarks/digits/spec.py).
 # resolve leaves them out of the values; sweeps/core.py's GridSpec.for_preset reads them.
 GRID_KEYS = ("experiment", "data_axes")
 

@@ -6,7 +6,7 @@
 
 `python -m sweeps digits` under the name users have typed since the first release (docs/
 CLUSTER.md's `ray job submit` and Slurm commands among them). Its presets, flags, data and
-build: unbiased/benchmarks/digits.py; the ablations are presets of it (k_ablation_cpu, ...).
+build: unbiased/benchmarks/digits/spec.py; the ablations are presets of it (k_ablation_cpu, ...).
 Writes OUT/results.parquet (one row per trial and epoch), OUT/table.md, OUT/table.parquet and
 OUT/figures/*.png.
 """

@@ -35,7 +35,7 @@ from sweeps.outputs import storage_dir
 from sweeps.results_frame import results_frame
 from sweeps.runner import run_tuner
 from trainables.record import RecordStore
-from unbiased.benchmarks.digits import DIGITS
+from unbiased.benchmarks.digits.spec import DIGITS
 from unbiased.settings import POINT_KEY
 
 EXPERIMENT = "lambda_search"

@@ -152,7 +152,7 @@ def ray_local():
 
 @pytest.fixture(scope="session")
 def grey_digits():
-    from unbiased.benchmarks.colored_mnist import load_mnist5k
+    from unbiased.benchmarks.digits.data import load_mnist5k
 
     return load_mnist5k()
 
@@ -160,7 +160,7 @@ def grey_digits():
 @pytest.fixture(scope="session")
 def tiny_digits(grey_digits):
     """200 train / 100 test real digits: enough for a trial to run in seconds."""
-    from unbiased.benchmarks.colored_mnist import GreyDigits
+    from unbiased.benchmarks.digits.data import GreyDigits
 
     d = grey_digits
     tr = list(range(0, len(d.train_y), 20))

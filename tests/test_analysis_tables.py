@@ -393,7 +393,7 @@ WITH_PUBLISHED_ROWS = ("digits", "german", "imdb", "biased_mnist")
 def test_every_published_row_has_a_value_in_each_column_of_its_spec() -> None:
     from analysis.specs import TABLE_SPECS, ColumnAxis
     from unbiased.benchmarks import registered
-    from unbiased.benchmarks.digits import PAPER_SIGMAS as DIGITS_SIGMAS
+    from unbiased.benchmarks.digits.spec import PAPER_SIGMAS as DIGITS_SIGMAS
 
     assert list(TABLE_SPECS) == list(registered())  # one table per registered benchmark
     for name in WITH_PUBLISHED_ROWS:
@@ -474,8 +474,8 @@ def test_german_quick_says_what_it_is_and_paper_is_compared() -> None:
 
 
 def test_the_digits_spec_counts_the_training_digits_as_the_data_does() -> None:
-    from unbiased.benchmarks.colored_mnist import MNIST5K_TRAIN_PER_CLASS, NUM_CLASSES
-    from unbiased.benchmarks.digits import TRAIN_ROWS as DIGITS_TRAIN_ROWS
+    from unbiased.benchmarks.digits.data import MNIST5K_TRAIN_PER_CLASS, NUM_CLASSES
+    from unbiased.benchmarks.digits.spec import TRAIN_ROWS as DIGITS_TRAIN_ROWS
 
     assert DIGITS_TRAIN_ROWS["mnist5k"] == MNIST5K_TRAIN_PER_CLASS * NUM_CLASSES
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from unbiased.benchmarks.colored_mnist import palette_groups
+from unbiased.benchmarks.digits.data import palette_groups
 from unbiased.data import Benchmark, TensorSplit, balanced_weights, capped_group_rows
 from unbiased.methods import make_method
 from unbiased.mine import MINE, dv_bound, estimate_mi, mi_eval
@@ -224,7 +224,7 @@ def test_a_capped_balanced_estimate_reads_the_capped_rows_each_group_weighing_th
 
 
 def test_colored_mnist_offers_palette_groups_to_the_group_methods():
-    from unbiased.benchmarks import digits
+    from unbiased.benchmarks.digits import spec as digits
 
     config = {"source": "mnist5k", "sigma": 0.05, "seed": 0, "palette": "kim",
               "stroke": "flat"}

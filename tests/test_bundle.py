@@ -112,8 +112,8 @@ def test_a_quick_preset_epoch_in_a_bundle_gives_each_members_metrics(grey_digits
     # of the embedded digits with the small LeNet, conv layers under vmap: each member's
     # evaluated metrics within 1e-3 of its run alone.
     from tests.conftest import SMALL_NET_CONFIG
-    from unbiased.benchmarks.colored_mnist import GreyDigits, build
-    from unbiased.benchmarks.digits import SPEC
+    from unbiased.benchmarks.digits.data import GreyDigits, build
+    from unbiased.benchmarks.digits.spec import SPEC
 
     torch.set_num_threads(1)
     d = grey_digits

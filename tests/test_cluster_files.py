@@ -51,7 +51,7 @@ def test_every_tracked_file_reaches_a_node_and_no_local_state_does(node_home):
                    if p.split("/")[0] in (".git", ".venv", "results", "data")
                    or "__pycache__" in p.split("/"))
     assert not local, local[:10]
-    assert "unbiased/benchmarks/data/german.data" in arrived  # shipped data, not a data root
+    assert "unbiased/benchmarks/german/shipped/german.data" in arrived  # package data
     assert any(p.startswith("bench/results/") for p in arrived)
 
 

@@ -7,7 +7,7 @@ import gzip
 import pytest
 import torch
 
-from unbiased.benchmarks import colored_mnist as cm
+from unbiased.benchmarks.digits import data as cm
 from unbiased.data import DataError
 
 

@@ -14,8 +14,8 @@ from ray import tune
 from sweeps.lambda_search import LAMBDA_SEARCH
 from tests.drivers import Ran, run_main
 from trainables.record import records_root
-from unbiased.benchmarks.digits import DIGITS
-from unbiased.benchmarks.imdb import IMDB
+from unbiased.benchmarks.digits.spec import DIGITS
+from unbiased.benchmarks.imdb.spec import IMDB
 from unbiased.settings import RECORDS_KEY
 from unbiased.trial import DeviceError, pick_device
 

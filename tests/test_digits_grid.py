@@ -227,7 +227,7 @@ def test_tiny_sweep_writes_the_results_contract(ray_local, tmp_path):
     assert record["experiment"] == "digits_grid"
     assert json.loads(df["config"].iloc[0])["stroke"] == "flat"
     # the data's bias strength, recomputed here from the same digits and settings
-    from unbiased.benchmarks.colored_mnist import bias_strength, load_mnist5k
+    from unbiased.benchmarks.digits.data import bias_strength, load_mnist5k
 
     (bias,) = record["bias_strength"]
     expected = bias_strength(load_mnist5k(), 0.03, 0, "kim", "flat")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import SMALL_NET_CONFIG
-from unbiased.benchmarks.colored_mnist import build
+from unbiased.benchmarks.digits.data import build
 from unbiased.methods import make_method
 from unbiased.mine import estimate_mi, mi_eval
 

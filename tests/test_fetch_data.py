@@ -112,7 +112,7 @@ def test_the_embedded_subset_has_nothing_to_fetch(tmp_path):
 
 @pytest.mark.ray
 def test_german_fetch_checks_a_root_copy_and_refuses_to_download(tmp_path):
-    from unbiased.benchmarks import german_credit
+    from unbiased.benchmarks.german import data as german_credit
 
     ran = run_sweep("german", "--fetch-data")
     assert ran.returncode == 0
@@ -139,7 +139,7 @@ def test_german_fetch_checks_a_root_copy_and_refuses_to_download(tmp_path):
 @pytest.mark.ray
 def test_imdb_fetch_checks_the_release_and_says_where_to_get_it(tmp_path):
     from tests.test_imdb import write_fake_imdb
-    from unbiased.benchmarks import imdb_faces
+    from unbiased.benchmarks.imdb import data as imdb_faces
 
     write_fake_imdb(tmp_path / "faces")
     ran = run_sweep("imdb", "--fetch-data", "--weights", "none", "--root",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from unbiased.benchmarks import german_credit
+from unbiased.benchmarks.german import data as german_credit
 from unbiased.data import DataError, SplitOutputs
 from unbiased.metrics import eo_metric, equality_of_opportunity, true_positive_rate
 
@@ -177,7 +177,7 @@ def test_eo_is_nan_when_a_group_has_no_positive():
 
 # -- SVM baseline ------------------------------------------------------------------------------
 def test_svm_baseline_on_one_seed(table):
-    from unbiased.benchmarks.german import SVM_C_GRID, svm_baseline
+    from unbiased.benchmarks.german.spec import SVM_C_GRID, svm_baseline
 
     result = svm_baseline(german_credit.build(0, table=table), seed=0)
     assert result.C in SVM_C_GRID

@@ -50,7 +50,7 @@ def test_help_lists_both_presets():
 
 
 def test_presets_keep_the_papers_german_settings():
-    from unbiased.benchmarks.german import GERMAN
+    from unbiased.benchmarks.german.spec import GERMAN
 
     paper = GERMAN["paper"]
     assert paper["lam"] == [0.0, 0.1, 0.5, 1.0, 2.0] and paper["seeds"] == list(range(10))
@@ -62,7 +62,7 @@ def test_presets_keep_the_papers_german_settings():
 
 
 def test_svm_rows_follow_the_results_contract():
-    from unbiased.benchmarks.german import SvmResult, svm_rows
+    from unbiased.benchmarks.german.spec import SvmResult, svm_rows
 
     like = pd.DataFrame({"experiment": ["german_grid"], "lam": [1.0], "K": [30], "seed": [0],
                          "epoch": [2], "eo": [0.1], "status": pd.array(["ok"], "string")})

@@ -27,7 +27,7 @@ VALUES = {"lam": 1.0, "batch_size": 128, "lr": 1e-3, "K": 16, "inner_z": "batch"
 
 
 def _bench(grey_digits, rows=1024):
-    from unbiased.benchmarks.colored_mnist import GreyDigits, build
+    from unbiased.benchmarks.digits.data import GreyDigits, build
 
     d = grey_digits
     digits = GreyDigits(d.train_x[:rows], d.train_y[:rows], d.test_x[:256], d.test_y[:256],

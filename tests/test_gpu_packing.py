@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from unbiased.benchmarks.digits import DIGITS
+from unbiased.benchmarks.digits.spec import DIGITS
 from unbiased.methods import method_config
 
 PATH = Path(__file__).resolve().parents[1] / "bench" / "gpu_packing.py"

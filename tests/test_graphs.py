@@ -18,7 +18,7 @@ SMALL = {"lam": 1.0, "batch_size": 64, "lr": 1e-3, "K": 3, "inner_z": "batch",
 
 
 def _small_bench(grey_digits):
-    from unbiased.benchmarks.colored_mnist import GreyDigits, build
+    from unbiased.benchmarks.digits.data import GreyDigits, build
 
     d = grey_digits
     digits = GreyDigits(d.train_x[:300], d.train_y[:300], d.test_x[:100], d.test_y[:100],

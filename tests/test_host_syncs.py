@@ -49,7 +49,7 @@ def counter(monkeypatch):
 
 
 def _bench(grey_digits):
-    from unbiased.benchmarks.colored_mnist import GreyDigits, build
+    from unbiased.benchmarks.digits.data import GreyDigits, build
 
     d = grey_digits
     # The syncs an epoch makes do not depend on the net's size: the small one.

@@ -17,7 +17,7 @@ import torch
 
 from tests.conftest import ONE_AT_A_TIME
 from tests.drivers import Ran, run_sweep
-from unbiased.benchmarks import imdb_faces
+from unbiased.benchmarks.imdb import data as imdb_faces
 from unbiased.data import DataError, LoaderSplit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,7 +318,7 @@ def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):
 
     from sweeps.cli import build_parser, resolve
     from unbiased.benchmarks import benchmark_spec
-    from unbiased.benchmarks.imdb import IMDB
+    from unbiased.benchmarks.imdb.spec import IMDB
 
     parser = build_parser("imdb_grid.py", "IMDB", IMDB, benchmark=benchmark_spec("imdb"))
     assert resolve(parser, "imdb", IMDB, ["--train-split", "eb2"])["train_split"] == ["EB2"]
@@ -328,7 +328,7 @@ def test_driver_refuses_a_missing_root_and_bad_flags_in_one_line(tmp_path):
 
 
 def test_presets_keep_the_papers_imdb_settings():
-    from unbiased.benchmarks.imdb import IMDB
+    from unbiased.benchmarks.imdb.spec import IMDB
 
     paper = IMDB["paper"]
     assert (paper["epochs"], paper["batch_size"], paper["lr"]) == (6, 24, 1e-5)

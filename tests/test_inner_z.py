@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_train import biased_tabular
 
-from unbiased.benchmarks import colored_mnist
+from unbiased.benchmarks.digits import data as colored_mnist
 from unbiased.methods.mi_backprop import MIBackprop, MIBackpropConfig
 
 # mode name -> MIBackpropConfig fields; every bank here is refreshed at every outer step

@@ -35,7 +35,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def one_batch() -> Benchmark:
     """128 coloured digits (Kim's palette and stroke): one of Kim's mini-batches."""
-    from unbiased.benchmarks.colored_mnist import build, load_grey_digits
+    from unbiased.benchmarks.digits.data import build, load_grey_digits
 
     bench = build(load_grey_digits("mnist5k", None), 0.03, 0, palette="kim", stroke="flat")
     tr, te = bench.train, bench.eval_splits["test_acc"]

@@ -14,7 +14,7 @@ from analysis.pareto import pareto_front, pareto_mask
 from sweeps.cli import build_parser, resolve
 from sweeps.lambda_search import LAMBDA_SEARCH
 from tests.conftest import ONE_AT_A_TIME, SMALL_NET
-from unbiased.benchmarks.digits import DIGITS
+from unbiased.benchmarks.digits.spec import DIGITS
 
 
 def test_pareto_mask_keeps_only_non_dominated_rows():

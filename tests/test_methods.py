@@ -48,7 +48,7 @@ def test_mi_backprop_matches_its_recorded_metrics():
 
 
 def _tiny_bench(grey_digits, n_train=256, n_test=128, width=64):
-    from unbiased.benchmarks.colored_mnist import GreyDigits, build
+    from unbiased.benchmarks.digits.data import GreyDigits, build
 
     d = grey_digits
     digits = GreyDigits(d.train_x[:n_train], d.train_y[:n_train], d.test_x[:n_test],
@@ -130,7 +130,7 @@ def test_resume_from_state_dict_continues_exactly(method, grey_digits):
 
 
 def test_bias_targets_of_each_benchmark_layout():
-    from unbiased.benchmarks.colored_mnist import C_BINS, colour_attribute
+    from unbiased.benchmarks.digits.data import C_BINS, colour_attribute
     from unbiased.data import bias_targets
 
     colours = torch.tensor([[0.0, 0.5, 0.99], [0.2, 0.9, 0.1]])

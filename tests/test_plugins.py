@@ -101,7 +101,7 @@ def test_a_name_registered_twice_is_one_error_line(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: entry point digits = toyplug.bench (group unbiased.benchmarks): benchmark "
-        "'digits' is registered already (by unbiased.benchmarks.digits)"]
+        "'digits' is registered already (by unbiased.benchmarks.digits.spec)"]
 
 
 @pytest.mark.ray

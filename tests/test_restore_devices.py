@@ -25,7 +25,7 @@ VALUES = {"batch_size": 64, "lr": 1e-3, "mine_lr": 1e-3, "K": 2, "inner_z": "bat
 
 
 def _bench(grey_digits, device="cpu"):
-    from unbiased.benchmarks.colored_mnist import GreyDigits, build
+    from unbiased.benchmarks.digits.data import GreyDigits, build
 
     d = grey_digits
     digits = GreyDigits(d.train_x[:256], d.train_y[:256], d.test_x[:128], d.test_y[:128],

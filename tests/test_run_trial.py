@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from unbiased.benchmarks.digits import build as build_digits
+from unbiased.benchmarks.digits.spec import build as build_digits
 from unbiased.trial import (
     MEMBERS_KEY,
     InjectedFailure,

@@ -50,7 +50,7 @@ def test_the_flag_and_the_config_say_the_same():
 
 def test_help_shows_each_default_and_the_presets_that_differ():
     from sweeps.cli import build_parser
-    from unbiased.benchmarks.digits import DIGITS
+    from unbiased.benchmarks.digits.spec import DIGITS
 
     text = " ".join(build_parser("digits_grid", "d", DIGITS).format_help().split())
     batch = {name: values["batch_size"] for name, values in DIGITS.items()
@@ -65,7 +65,7 @@ def test_help_shows_each_default_and_the_presets_that_differ():
 def test_method_names_in_help_and_tables_come_from_the_registry():
     from analysis.published import METHOD_LABELS, PUBLISHED_METHOD
     from sweeps.cli import build_parser
-    from unbiased.benchmarks.digits import DIGITS
+    from unbiased.benchmarks.digits.spec import DIGITS
     from unbiased.method_catalogue import CATALOGUE
 
     assert list(METHODS) == list(CATALOGUE) == list(METHOD_LABELS)

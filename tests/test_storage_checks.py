@@ -193,7 +193,7 @@ def test_a_sweep_on_s3_stopped_by_sigterm_resumes_from_the_bucket_alone(tmp_path
 def test_a_clusters_trials_get_more_restarts_than_a_local_sweeps(flags, expected):
     from sweeps.cli import build_parser, resolve
     from sweeps.digits_grid import GRID
-    from unbiased.benchmarks.digits import DIGITS
+    from unbiased.benchmarks.digits.spec import DIGITS
 
     parser = build_parser(GRID.prog, GRID.description, DIGITS, benchmark=GRID.bench)
     assert resolve(parser, "digits", DIGITS, flags).max_failures == expected
@@ -207,7 +207,7 @@ def test_a_sweep_started_as_a_ray_job_joins_the_jobs_cluster_under_its_storage_r
     (its trials then run in the job's uploaded working directory) as with --address."""
     from sweeps.cli import build_parser, resolve
     from sweeps.digits_grid import GRID
-    from unbiased.benchmarks.digits import DIGITS
+    from unbiased.benchmarks.digits.spec import DIGITS
 
     parser = build_parser(GRID.prog, GRID.description, DIGITS, benchmark=GRID.bench)
     assert resolve(parser, "digits", DIGITS, []).address is None  # not a job: a local Ray

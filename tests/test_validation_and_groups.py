@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from unbiased.benchmarks import benchmark_spec
-from unbiased.benchmarks.colored_mnist import load_mnist5k
+from unbiased.benchmarks.digits.data import load_mnist5k
 from unbiased.data import (
     VAL_SPLIT,
     Benchmark,

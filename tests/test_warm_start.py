@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import SMALL_NET
 from tests.drivers import run_main
-from unbiased.benchmarks.digits import build as build_digits
+from unbiased.benchmarks.digits.spec import build as build_digits
 from unbiased.settings import WARM_FROM
 from unbiased.trial import MemorySession, WarmStartError, run_trial
 

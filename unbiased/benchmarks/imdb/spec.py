@@ -1,7 +1,7 @@
 """IMDB faces (the paper's Table 2) as a registered benchmark: its presets, flags, table with
 the published rows, and how a sweep loads and builds it.
 
-Torch-free: the data code (unbiased/benchmarks/imdb_faces.py, torch and torchvision) is imported
+Torch-free: the data code (unbiased/benchmarks/imdb/data.py, torch and torchvision) is imported
 inside `load` and `build`. --root is the IMDB-WIKI imdb_crop release (imdb.mat + JPEG
 folders), or its parent; the driver reads and cleans imdb.mat once, checks the files, prints
 the split sizes next to the paper's, resolves the backbone weights once (offline: --weights
@@ -26,7 +26,7 @@ from unbiased.benchmarks.spec import (
 from unbiased.settings import setting
 
 if TYPE_CHECKING:
-    from unbiased.benchmarks.imdb_faces import ImdbIndex, ImdbSplits
+    from unbiased.benchmarks.imdb.data import ImdbIndex, ImdbSplits
     from unbiased.data import Benchmark
 
 TRAIN_SPLITS = ("EB1", "EB2")
@@ -120,7 +120,7 @@ TABLE = TableSpec(
 def load(values: dict) -> tuple[dict[str, object], str]:
     """Everything that can fail on the user's side fails here, before Ray starts. Sets
     `weights_path` in `values` (the resolved local file, "" = random init) for the trials."""
-    from unbiased.benchmarks import imdb_faces
+    from unbiased.benchmarks.imdb import data as imdb_faces
     from unbiased.data import DataError
     from unbiased.models import resolve_imagenet_weights
 
@@ -148,7 +148,7 @@ def fetch(values: dict) -> Iterator[str]:
 
     import torch
 
-    from unbiased.benchmarks import imdb_faces
+    from unbiased.benchmarks.imdb import data as imdb_faces
     from unbiased.data import DataError
     from unbiased.models import resolve_imagenet_weights
 
@@ -180,7 +180,7 @@ def _optional(value: object) -> int | None:
 def build(config: dict, index: ImdbIndex | None = None,
           splits: ImdbSplits | None = None) -> Benchmark:
     """Without `index` and `splits` (a trial outside a sweep) it reads `root` itself."""
-    from unbiased.benchmarks import imdb_faces
+    from unbiased.benchmarks.imdb import data as imdb_faces
     from unbiased.models import resolve_imagenet_weights
 
     if index is None:

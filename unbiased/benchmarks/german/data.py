@@ -2,7 +2,7 @@
 
 The file: 1000 rows of 20 space-separated attributes plus the class (1 = good, 2 = bad credit),
 column meanings and categorical codes (A11, A34, ...) from the UCI description `german.doc`.
-A copy ships in this package (`data/german.data`, CC BY 4.0, Hofmann 1994); `root` points at
+A copy ships in this package (`shipped/german.data`, CC BY 4.0, Hofmann 1994); `root` points at
 another copy (the file itself or a directory holding `german.data`).
 
 The protocol (Section 5 and the supplementary of the paper, after Moyer et al. 2018):
@@ -34,7 +34,7 @@ from unbiased.metrics import eo_metric
 from unbiased.models import MLPFeatures
 
 FILE_NAME = "german.data"
-SHIPPED_FILE = Path(__file__).resolve().parent / "data" / FILE_NAME
+SHIPPED_FILE = Path(__file__).resolve().parent / "shipped" / FILE_NAME
 SHIPPED_MD5 = "6b94c2e35480e671545e52a808a8a549"
 DOWNLOAD_URL = "https://archive.ics.uci.edu/dataset/144/statlog+german+credit+data"
 

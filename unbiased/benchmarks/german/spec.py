@@ -1,7 +1,7 @@
 """German credit (the paper's Table 3 and its lambda bar plots) as a registered benchmark: its
 presets, table with the published rows, and how a sweep loads and builds it.
 
-Torch-free: the data code (unbiased/benchmarks/german_credit.py, torch) is imported inside `load`
+Torch-free: the data code (unbiased/benchmarks/german/data.py, torch) is imported inside `load`
 and `build`, sklearn and pandas inside the SVM's functions.
 
 Beside the trials, an RBF SVM is fitted on every seed's split and written as `method = svm`
@@ -32,7 +32,7 @@ from unbiased.benchmarks.spec import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from unbiased.benchmarks.german_credit import GermanTable
+    from unbiased.benchmarks.german.data import GermanTable
     from unbiased.data import Benchmark
 
 GERMAN: dict[str, dict[str, object]] = {
@@ -81,7 +81,7 @@ TABLE = TableSpec(
 def load(values: dict) -> tuple[dict[str, object], str]:
     """Parse the file once in the driver (a bad --root fails before Ray starts); trials get
     the parsed table through the object store and build their own split from it."""
-    from unbiased.benchmarks import german_credit
+    from unbiased.benchmarks.german import data as german_credit
 
     table = german_credit.load_table(values.get("root"))
     return {"table": table}, f"{len(table)} rows from {table.source}"
@@ -93,7 +93,7 @@ def fetch(values: dict) -> Iterator[str]:
     zip behind a web page)."""
     from pathlib import Path
 
-    from unbiased.benchmarks import german_credit
+    from unbiased.benchmarks.german import data as german_credit
     from unbiased.data import DataError
 
     root = values.get("root")
@@ -117,7 +117,7 @@ def fetch(values: dict) -> Iterator[str]:
 def build(config: dict, table: GermanTable | None = None) -> Benchmark:
     """The table is tiny (1000 rows), so each trial builds its own split and scaling for its
     seed; without `table` it reads `root` (or the shipped copy)."""
-    from unbiased.benchmarks import german_credit
+    from unbiased.benchmarks.german import data as german_credit
 
     return german_credit.build(int(config["seed"]), config.get("root"), table=table)
 
@@ -188,7 +188,7 @@ def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
 
 def extra_rows(values: dict, loaded: dict, like: pd.DataFrame) -> pd.DataFrame:
     """An SVM per seed of the sweep, on the table the driver loaded."""
-    from unbiased.benchmarks import german_credit
+    from unbiased.benchmarks.german import data as german_credit
 
     return svm_rows([svm_baseline(german_credit.build(seed, table=loaded["table"]), seed)
                      for seed in values["seeds"]], like)

@@ -1,0 +1,1 @@
+"""Biased MNIST (ReBias): spec.py (presets, flags, table) and data.py (the data)."""
