@@ -33,7 +33,7 @@ EPOCH_TOLERANCE = 0.05  # the same train-accuracy slack as analysis' LowestMI ov
 _FIT_EPS = 1e-12  # float slack on the train-accuracy tolerance
 # How far below the prediction floor an estimate may read before it counts as an estimator
 # failure: mi_eval's spread at one model is up to about +-0.3 nats (docs/MEASURED.md, "The
-# same trained models" and "Table 1 on full MNIST, `cpu` preset at 13 epochs").
+# same trained models" and "The label-free rule: which estimate it minimises").
 FLOOR_MARGIN_NATS = 0.5
 
 

@@ -81,7 +81,7 @@ DIGITS: dict[str, dict[str, object]] = {
     },
     # Table 1 on full MNIST on a 2-core CPU: 7 sigmas x lam {0, 1} x seed 0, the paper's LeNet
     # and K, on Kim's Colored MNIST as public images of Kim's files show it. Each setting was
-    # chosen by measurement (docs/MEASURED.md: "Kim's Colored MNIST as Kim built it", "The
+    # chosen by measurement (docs/MEASURED.md: "Colored MNIST as Kim built it", "The
     # `cpu` preset's schedule", "Full MNIST, sigma 0.03", "What keeps lam = 1 up on every
     # seed"); the label-free rule reports the epoch with the lowest mi_eval_cond among those
     # that fit and read above their floor.
