@@ -2,7 +2,7 @@
 
 Every inner z mode must compute the same MI as `fresh` when its z cannot be stale: each inner
 MINE step's z must be what a fresh forward of g gives on the same training rows. No timing here
-(bench/inner_loop.py measures speed).
+(bench/inner_loop.py measured speed; removed since: `git show d9fcde0:bench/inner_loop.py`).
 """
 
 from __future__ import annotations

@@ -174,20 +174,3 @@ def test_kims_baseline_trains_his_network_and_reports_a_map_z(one_batch):
     z, _, _ = algo.train_eval_set()
     assert z.shape[1:] == (32, 14, 14)
     assert 0 <= metrics["test_acc"] <= 1
-
-
-def test_kim_compare_sets_a_sweeps_epochs_beside_the_standalone_rows(tmp_path):
-    import pandas as pd
-
-    from bench.kim_compare import OLD, compare, main
-
-    old = pd.read_csv(OLD)
-    rows = [{"method": "lntl", "sigma": 0.03, "seed": 0, "lam": lam, "epoch": 41,
-             "test_acc": 0.5 + lam} for lam in (0.0, 0.01)]
-    pd.DataFrame(rows).to_parquet(tmp_path / "results.parquet")
-    table = compare(tmp_path, [41]).set_index("phase")
-    assert table.loc["baseline", "preset"] == 0.5
-    assert table.loc["lntl", "preset"] == pytest.approx(0.51)
-    expected = old[(old["sigma"] == 0.03) & (old["phase"] == "lntl") & (old["epoch"] == 41)]
-    assert table.loc["lntl", "standalone"] == expected["test_acc"].item()
-    assert main([str(tmp_path / "missing")]) == 2

@@ -60,7 +60,8 @@ IMDB: dict[str, dict[str, object]] = {
     # A CPU smoke run of the whole pipeline (4 trials, 2 epochs, 240 training images, 240
     # per evaluation split); its accuracies are not the paper's. lr 1e-4, not the paper's
     # 1e-5: 2 epochs of 10 steps barely move at 1e-5. `batch` inner z: K forwards of a
-    # ResNet-50 per step would dominate a CPU run (bench/imdb_step.py).
+    # ResNet-50 per step would dominate a CPU run (bench/imdb_step.py, removed since:
+    # `git show d9fcde0:bench/imdb_step.py`).
     "quick": {
         "train_split": ["EB1", "EB2"], "lam": [0.0, 0.9], "seeds": [0], "K": 20, "epochs": 2,
         "batch_size": 24, "lr": 1e-4, "mine_lr": 0.1, "mine_optimizer": "sgd",
