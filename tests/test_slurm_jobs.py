@@ -4,7 +4,9 @@ Slurm started here whose nodes have 2 CPUs and 2 GPUs as GRES each (tests/slurm_
 - a sweep given GPUs (`--gres=gpu:2`) places its trials on both nodes' GPUs;
 - trials asking GPUs the job lacks are refused at once, and so is a job whose torch cannot
   see the GPUs Slurm gave (no requeue);
-- two jobs started together on one node take port blocks that do not overlap;
+- two jobs started together on one node take port blocks that do not overlap, and another
+  user's job after a root job on a node starts its Ray too;
+- a node whose Ray cannot start stops the job, naming it;
 - a plain `scancel` ends the job well before Slurm's KillWait;
 - a sweep whose trials all finished, or that makes no progress, is not requeued again.
 """
@@ -12,7 +14,10 @@ Slurm started here whose nodes have 2 CPUs and 2 GPUs as GRES each (tests/slurm_
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,6 +63,16 @@ def test_a_gpu_sweep_places_its_trials_on_both_nodes_gpus(slurm, tmp_path):
     assert set(df["node"]) == set(NODES), df[["lam", "epoch", "node"]]
 
 
+def _refused_once(slurm: Slurm, job: str, log: Path) -> str:
+    """The one `error:` line of a job that failed with the driver's 2 and was not requeued."""
+    info, text = slurm.job(job), log.read_text()
+    assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0", text[-3000:]
+    assert info["Restarts"] == "0"
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, text[-3000:]
+    return errors[0]
+
+
 def test_trials_asking_gpus_the_job_lacks_are_refused_at_once(slurm, tmp_path):
     log = tmp_path / "refused.log"
     started = time.monotonic()
@@ -65,15 +80,11 @@ def test_trials_asking_gpus_the_job_lacks_are_refused_at_once(slurm, tmp_path):
                        "--epochs", "2", "--out", str(tmp_path / "out"))
     _until(lambda: _ended(slurm, job), "the refused job ends", 120, _logs(slurm, log))
     took = time.monotonic() - started
-    info, text = slurm.job(job), log.read_text()
-    assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0", text[-3000:]
-    assert info["Restarts"] == "0"
-    errors = [line for line in text.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, text[-3000:]
-    assert errors[0].startswith("error: each trial asks 1 CPU and 1 GPU (--cpus-per-trial 1 "
+    error, text = _refused_once(slurm, job, log), log.read_text()
+    assert error.startswith("error: each trial asks 1 CPU and 1 GPU (--cpus-per-trial 1 "
                                 "--gpus-per-trial 1), and no node of the Ray at")
-    assert "n1 has 1 CPU and 0 GPUs, n2 has 1 CPU and 0 GPUs" in errors[0]
-    assert "sbatch --gres=gpu:N or --gpus-per-node=N" in errors[0]
+    assert "n1 has 1 CPU and 0 GPUs, n2 has 1 CPU and 0 GPUs" in error
+    assert "sbatch --gres=gpu:N or --gpus-per-node=N" in error
     assert "epoch 1/" not in text and not (tmp_path / "out" / "tune").exists()
     assert took < 90, took  # a minute, with the job's start and Ray's
 
@@ -205,13 +216,49 @@ exec {sys.executable} "$@"
     _until(lambda: _ended(slurm, job), "the job with a missing node ends", 150,
            _logs(slurm, log))
     took = time.monotonic() - started
-    info, text = slurm.job(job), log.read_text()
-    assert info["JobState"] == "FAILED" and info["ExitCode"] == "2:0", text[-3000:]
-    assert info["Restarts"] == "0"
-    errors = [line for line in text.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, text[-3000:]
+    error, text = _refused_once(slurm, job, log), log.read_text()
     assert re.match(r"error: 1 of the job's 2 nodes joined the Ray at (\S+) within 20 s "
                     r"\(SWEEP_NODES_WAIT_S waits longer\): n2 did not\. Their `ray start` was "
-                    r"given \1", errors[0]), errors[0]
+                    r"given \1", error), error
     assert "Traceback" not in text and "epoch 1/" not in text
     assert took < 120, took  # the wait, with the job's start and Ray's
+
+
+def _readable_by(user: str, path: Path) -> bool:
+    if shutil.which("setpriv") is None:
+        return False
+    return subprocess.run(["setpriv", f"--reuid={user}", f"--regid={OTHER_GID}",
+                           "--clear-groups", "test", "-x", str(path)],
+                          capture_output=True).returncode == 0
+
+
+OTHER_USER, OTHER_GID = "nobody", "65534"  # Debian's nobody / nogroup
+
+
+def test_another_users_job_after_a_root_job_on_the_node_both_finish(slurm, tmp_path):
+    # Labs share nodes: a root job's port claims once made every later job of another user
+    # on that node crash (PermissionError on /tmp/ray_port_blocks/<port>).
+    python = Path(sys.executable)
+    if not (_readable_by(OTHER_USER, python) and _readable_by(OTHER_USER, SCRIPT)):
+        pytest.skip(f"user {OTHER_USER} cannot run this checkout's Python (a private "
+                    f"checkout path): run from a world-readable checkout")
+    shared = Path(tempfile.mkdtemp(prefix="users", dir="/tmp"))
+    shared.chmod(0o1777)
+    try:
+        logs = [shared / "root.log", shared / "other.log"]
+        root_job = slurm.sbatch(logs[0], "-w", "n2", "--mem=500", "--time=5", str(SCRIPT),
+                                "sweeps/digits_grid.py", "--dry-run", nodes=1)
+        _until(lambda: _ended(slurm, root_job), "the root job ends", 120, _logs(slurm, *logs))
+        other_job = slurm.sbatch(logs[1], f"--uid={OTHER_USER}", f"--gid={OTHER_GID}",
+                                 "-w", "n2", "--mem=500", "--time=5", str(SCRIPT),
+                                 "sweeps/digits_grid.py", "--dry-run", nodes=1)
+        _until(lambda: _ended(slurm, other_job), "the other user's job ends", 120,
+               _logs(slurm, *logs))
+        for job, log in ((root_job, logs[0]), (other_job, logs[1])):
+            text = log.read_text()
+            assert slurm.job(job)["ExitCode"] == "0:0", text[-3000:]
+            assert "ray_node: head on n2, ports" in text and "Traceback" not in text, \
+                text[-3000:]
+        assert slurm.job(other_job)["UserId"].startswith(OTHER_USER)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
