@@ -147,6 +147,9 @@ def slurm_cluster() -> Iterator[Slurm]:
     (munge / "key").chmod(0o400)
     for name in ("state", "log", *(f"spool/{n}" for n in NODES)):
         (home / name).mkdir(parents=True)
+    # Another user's job runs its script from the node's spool directory (mkdtemp: 0700).
+    for path in (home, home / "spool", *(home / "spool" / n for n in NODES)):
+        path.chmod(0o755)
     ports = {name: free_port() for name in ("ctld", *NODES)}
     (home / "slurm.conf").write_text(config(home, ports, munge))
     (home / "gres.conf").write_text(f"NodeName=n[1-{len(NODES)}] Name=gpu File={GPU_FILES}\n")

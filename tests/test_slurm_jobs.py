@@ -224,12 +224,16 @@ exec {sys.executable} "$@"
     assert took < 120, took  # the wait, with the job's start and Ray's
 
 
-def _readable_by(user: str, path: Path) -> bool:
+def _can_run(user: str, python: Path, script: Path) -> bool:
+    """Whether `user` can run `python` and read `script` (a private checkout: no)."""
     if shutil.which("setpriv") is None:
         return False
+    # Through a shell, as a job runs it (setpriv's own exec of the path can still reach
+    # through a directory the user cannot: a venv over an interpreter under /root).
     return subprocess.run(["setpriv", f"--reuid={user}", f"--regid={OTHER_GID}",
-                           "--clear-groups", "test", "-x", str(path)],
-                          capture_output=True).returncode == 0
+                           "--clear-groups", "sh", "-c", '"$0" -c "open($1).close()"',
+                           str(python), repr(str(script))],
+                          capture_output=True, timeout=60).returncode == 0
 
 
 OTHER_USER, OTHER_GID = "nobody", "65534"  # Debian's nobody / nogroup
@@ -239,9 +243,9 @@ def test_another_users_job_after_a_root_job_on_the_node_both_finish(slurm, tmp_p
     # Labs share nodes: a root job's port claims once made every later job of another user
     # on that node crash (PermissionError on /tmp/ray_port_blocks/<port>).
     python = Path(sys.executable)
-    if not (_readable_by(OTHER_USER, python) and _readable_by(OTHER_USER, SCRIPT)):
+    if not _can_run(OTHER_USER, python, SCRIPT):
         pytest.skip(f"user {OTHER_USER} cannot run this checkout's Python (a private "
-                    f"checkout path): run from a world-readable checkout")
+                    f"checkout, or a venv over an interpreter in a private home)")
     shared = Path(tempfile.mkdtemp(prefix="users", dir="/tmp"))
     shared.chmod(0o1777)
     try:
