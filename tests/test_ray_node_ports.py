@@ -128,14 +128,27 @@ def shared_tmp():
 
 
 def _claim_as_other_user(parent: Path, job: str) -> subprocess.CompletedProcess:
+    """ray_node.py's claim as OTHER_USER, from a copy every user reads (the checkout may be
+    private, as CI's clone is); skips where that user cannot run this Python at all."""
+    code_dir = Path(tempfile.mkdtemp(prefix="rncode", dir="/tmp"))
+    code_dir.chmod(0o755)
+    script = code_dir / "ray_node.py"
+    shutil.copy(ROOT / "slurm" / "ray_node.py", script)
+    script.chmod(0o644)
     code = (f"import importlib.util, pathlib; s = importlib.util.spec_from_file_location("
-            f"'n', {str(ROOT / 'slurm' / 'ray_node.py')!r}); n = importlib.util.module_from_"
+            f"'n', {str(script)!r}); n = importlib.util.module_from_"
             f"spec(s); s.loader.exec_module(n); c = n.claims_dir(pathlib.Path({str(parent)!r}))"
             f"; print(c.name, n.port_block({job!r}, '0', c))")
     user, group = OTHER_USER
-    return subprocess.run(["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups",
-                           sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, cwd="/")
+    as_user = ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups"]
+    try:
+        if subprocess.run([*as_user, sys.executable, "-c", "import json, socket"],
+                          capture_output=True, timeout=60, cwd="/").returncode != 0:
+            pytest.skip(f"user {user} cannot run this Python ({sys.executable})")
+        return subprocess.run([*as_user, sys.executable, "-c", code], capture_output=True,
+                              text=True, timeout=60, cwd="/")
+    finally:
+        shutil.rmtree(code_dir, ignore_errors=True)
 
 
 @AS_OTHER_USER
