@@ -212,12 +212,12 @@ exec {sys.executable} "$@"
     started = time.monotonic()
     job = slurm.sbatch(log, "--time=10", str(SCRIPT), *SWEEP, "--epochs", "1",
                        "--out", str(tmp_path / "out"),
-                       env={"SWEEP_PYTHON": str(python), "SWEEP_NODES_WAIT_S": "20"})
+                       env={"SWEEP_PYTHON": str(python), "SWEEP_NODES_WAIT_S": "10"})
     _until(lambda: _ended(slurm, job), "the job with a missing node ends", 150,
            _logs(slurm, log))
     took = time.monotonic() - started
     error, text = _refused_once(slurm, job, log), log.read_text()
-    assert re.match(r"error: 1 of the job's 2 nodes joined the Ray at (\S+) within 20 s "
+    assert re.match(r"error: 1 of the job's 2 nodes joined the Ray at (\S+) within 10 s "
                     r"\(SWEEP_NODES_WAIT_S waits longer\): n2 did not\. Their `ray start` was "
                     r"given \1", error), error
     assert "Traceback" not in text and "epoch 1/" not in text
