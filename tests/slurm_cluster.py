@@ -142,7 +142,7 @@ def slurm_cluster() -> Iterator[Slurm]:
         raise SlurmUnavailable("slurmd runs jobs as their user and must run as root")
     home = Path(tempfile.mkdtemp(prefix="slm", dir="/tmp"))  # the munge socket: short path
     munge = home / "munge"
-    munge.mkdir(mode=0o700)
+    munge.mkdir(mode=0o755)  # another user's srun reaches the socket; the key stays 0400
     (munge / "key").write_bytes(os.urandom(1024))
     (munge / "key").chmod(0o400)
     for name in ("state", "log", *(f"spool/{n}" for n in NODES)):

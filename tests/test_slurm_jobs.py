@@ -239,23 +239,53 @@ def _can_run(user: str, python: Path, script: Path) -> bool:
 OTHER_USER, OTHER_GID = "nobody", "65534"  # Debian's nobody / nogroup
 
 
+def _python_for_everyone(folder: Path) -> Path | None:
+    """A venv in `folder` over the system's interpreter of this Python's version, reading this
+    environment's packages: what another user can run where this venv's interpreter lies in a
+    private home (pyenv under /root). None where the system has no such interpreter."""
+    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if not system.exists():
+        return None
+    venv = folder / "venv"
+    subprocess.run([str(system), "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    ours, theirs = (subprocess.run([str(py), "-c", purelib], capture_output=True, text=True,
+                                   check=True, timeout=60).stdout.strip()
+                    for py in (sys.executable, python))
+    (Path(theirs) / "borrowed.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    ray = Path(sys.executable).with_name("ray").read_text().splitlines()
+    (venv / "bin" / "ray").write_text("\n".join([f"#!{python}", *ray[1:]]) + "\n")
+    (venv / "bin" / "ray").chmod(0o755)
+    return python
+
+
 def test_another_users_job_after_a_root_job_on_the_node_both_finish(slurm, tmp_path):
     # Labs share nodes: a root job's port claims once made every later job of another user
     # on that node crash (PermissionError on /tmp/ray_port_blocks/<port>).
-    python = Path(sys.executable)
-    if not _can_run(OTHER_USER, python, SCRIPT):
-        pytest.skip(f"user {OTHER_USER} cannot run this checkout's Python (a private "
-                    f"checkout, or a venv over an interpreter in a private home)")
     shared = Path(tempfile.mkdtemp(prefix="users", dir="/tmp"))
     shared.chmod(0o1777)
+    python = Path(sys.executable)
+    if not _can_run(OTHER_USER, python, SCRIPT):
+        python = _python_for_everyone(shared)
+    if python is None or not _can_run(OTHER_USER, python, SCRIPT):
+        shutil.rmtree(shared, ignore_errors=True)
+        pytest.skip(f"user {OTHER_USER} cannot run this checkout's Python (a private "
+                    f"checkout, or a venv over an interpreter in a private home)")
+    # A /tmp of the test's own (sticky, world-writable: /tmp's mode), so the jobs meet the
+    # port claims as a node's first jobs do, not as earlier runs on this host left them.
+    (shared / "tmp").mkdir(mode=0o1777)
+    (shared / "tmp").chmod(0o1777)
+    env = {"SWEEP_PYTHON": str(python), "SWEEP_RAY_TMP": str(shared / "tmp")}
     try:
         logs = [shared / "root.log", shared / "other.log"]
         root_job = slurm.sbatch(logs[0], "-w", "n2", "--mem=500", "--time=5", str(SCRIPT),
-                                "sweeps/digits_grid.py", "--dry-run", nodes=1)
+                                "sweeps/digits_grid.py", "--dry-run", nodes=1, env=env)
         _until(lambda: _ended(slurm, root_job), "the root job ends", 120, _logs(slurm, *logs))
         other_job = slurm.sbatch(logs[1], f"--uid={OTHER_USER}", f"--gid={OTHER_GID}",
                                  "-w", "n2", "--mem=500", "--time=5", str(SCRIPT),
-                                 "sweeps/digits_grid.py", "--dry-run", nodes=1)
+                                 "sweeps/digits_grid.py", "--dry-run", nodes=1, env=env)
         _until(lambda: _ended(slurm, other_job), "the other user's job ends", 120,
                _logs(slurm, *logs))
         for job, log in ((root_job, logs[0]), (other_job, logs[1])):
