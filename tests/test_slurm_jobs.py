@@ -13,6 +13,7 @@ Slurm started here whose nodes have 2 CPUs and 2 GPUs as GRES each (tests/slurm_
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -26,7 +27,7 @@ import pytest
 
 from tests.conftest import SMALL_NET
 from tests.processes import with_text
-from tests.slurm_cluster import NODES, Slurm, slurm_fixture  # noqa: F401 (`slurm`)
+from tests.slurm_cluster import NODES, ROOT, Slurm, slurm_fixture  # noqa: F401 (`slurm`)
 from tests.test_slurm import FINAL, SCRIPT, _until
 
 pytestmark = [pytest.mark.ray, pytest.mark.system, pytest.mark.slow]
@@ -296,3 +297,52 @@ def test_another_users_job_after_a_root_job_on_the_node_both_finish(slurm, tmp_p
         assert slurm.job(other_job)["UserId"].startswith(OTHER_USER)
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+# Compared between the Slurm run and the local one: what the trial computed (not where or
+# how fast, nor Tune's ids).
+METRICS = ("train_acc", "test_acc", "loss_task", "mi", "penalty", "mi_eval", "mi_eval_cond")
+
+
+def _new_epochs(job: str, run: int) -> int:
+    """The epochs run `run` of `job` trained so far, from the progress its driver writes."""
+    try:
+        return json.loads(Path(f"/tmp/ray_{job}_{run}.progress").read_text())["new_epochs"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_a_sweep_over_four_walltimes_finishes_with_a_local_runs_rows(slurm, tmp_path):
+    """The walltime's signal (by hand, with a lead over the whole walltime) in each of three
+    runs once it trained an epoch: each run requeues and the next resumes, and the fourth
+    finishes the sweep with every epoch once and the numbers of a run never stopped."""
+    epochs = 8  # three runs stop after an epoch or two each: the fourth has some left
+    sweep = ["sweeps/digits_grid.py", "--sigma", "0.03", "--lam", "1", "--seeds", "0", "--K", "2",
+             "--batch-size", "256", "--mi-eval-steps", "20", "--device", "cpu",
+             "--cpus-per-trial", "1", "--epochs", str(epochs), *SMALL_NET]
+    out, log = tmp_path / "slurm", tmp_path / "walltimes.log"
+    job = slurm.sbatch(log, "--time=10", str(SCRIPT), *sweep, "--out", str(out), nodes=1,
+                       env={"SWEEP_SIGNAL_LEAD": "600"})
+    every = _logs(slurm, log)
+    for run in range(3):
+        _until(lambda run=run: _new_epochs(job, run) >= 1, f"run {run} trains an epoch", 240,
+               every)
+        slurm.run("scancel", "--batch", "--signal=USR1", job)
+        _until(lambda run=run: slurm.job(job)["Restarts"] == str(run + 1) or _ended(slurm, job),
+               f"run {run} requeued", 180, every)
+    _until(lambda: _ended(slurm, job), "the fourth run ends", 300, every)
+    info, text = slurm.job(job), log.read_text()
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "3", (info, text[-3000:])
+    assert text.count("requeued; the next run continues with --resume") == 3, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+
+    local = subprocess.run([sys.executable, *sweep, "--out", str(tmp_path / "local")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr[-3000:]
+    keys = ["lam", "seed", "epoch"]
+    slurm_rows, local_rows = (pd.read_parquet(o / "results.parquet").sort_values(keys)
+                              .reset_index(drop=True) for o in (out, tmp_path / "local"))
+    assert list(slurm_rows["epoch"]) == list(range(1, epochs + 1)), slurm_rows
+    assert slurm_rows["start_epoch"].nunique() == 4, slurm_rows[["epoch", "start_epoch"]]
+    metrics = [m for m in METRICS if m in local_rows.columns]
+    pd.testing.assert_frame_equal(slurm_rows[keys + metrics], local_rows[keys + metrics])
