@@ -325,12 +325,12 @@ def test_a_sweep_over_four_walltimes_finishes_with_a_local_runs_rows(slurm, tmp_
                        env={"SWEEP_SIGNAL_LEAD": "600"})
     every = _logs(slurm, log)
     for run in range(3):
-        _until(lambda run=run: _new_epochs(job, run) >= 1, f"run {run} trains an epoch", 240,
+        _until(lambda run=run: _new_epochs(job, run) >= 1, f"run {run} trains an epoch", 180,
                every)
         slurm.run("scancel", "--batch", "--signal=USR1", job)
         _until(lambda run=run: slurm.job(job)["Restarts"] == str(run + 1) or _ended(slurm, job),
-               f"run {run} requeued", 180, every)
-    _until(lambda: _ended(slurm, job), "the fourth run ends", 300, every)
+               f"run {run} requeued", 120, every)
+    _until(lambda: _ended(slurm, job), "the fourth run ends", 240, every)
     info, text = slurm.job(job), log.read_text()
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "3", (info, text[-3000:])
     assert text.count("requeued; the next run continues with --resume") == 3, text[-3000:]
