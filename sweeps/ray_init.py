@@ -45,13 +45,10 @@ def init_ray(address: str | None) -> None:
 
 
 def init_local_ray() -> None:
-    """A fresh local Ray, never one found through RAY_ADDRESS or a `ray start` on this
-    machine (/tmp/ray/ray_current_cluster), whose processes (GCS, raylet, monitors) run in
-    sessions of their own: a SIGTERM to the driver's process group (`timeout`,
-    `kill -- -PGID`, a scheduler's cancel) then reaches the driver alone, and StopSignals
-    saves the state before shutting them down. In the driver's group they died at once and
-    the driver hung 60 s on the lost GCS, saving nothing. They still die with the driver:
-    Ray sets PR_SET_PDEATHSIG on them."""
+    """A fresh local Ray (never one of RAY_ADDRESS or a `ray start`) whose processes run in
+    sessions of their own: a SIGTERM to the driver's process group then reaches the driver
+    alone, which saves the state before shutting them down (in its group they died at once
+    and the driver hung 60 s on the lost GCS). PR_SET_PDEATHSIG still ends them with it."""
     import ray
 
     ray_private.no_prestarted_workers()
@@ -67,8 +64,7 @@ NODES_WAIT_S = 120.0  # `ray start` on a worker: seconds; a node that takes long
 
 
 def expected_nodes() -> list[str]:
-    """The nodes the batch script started Ray on (SWEEP_EXPECT_NODES): their names, or as many
-    empty names as a count says."""
+    """The nodes the batch script started Ray on: their names, or a count of empty names."""
     value = os.environ.get(EXPECT_NODES_ENV, "").strip()
     if value.isdigit():
         return [""] * int(value)
@@ -103,8 +99,8 @@ def _node_name(node: dict) -> str:
 
 
 def cluster_nodes(expect: int = 0, timeout_s: float = NODES_WAIT_S) -> list[NodeShape]:
-    """The live nodes of the Ray this driver joined, once `expect` of them are up (or
-    `timeout_s` has passed), and the node types an autoscaler may add."""
+    """The live nodes once `expect` are up (or after `timeout_s`), and the node types an
+    autoscaler may add."""
     import ray
 
     deadline = time.monotonic() + timeout_s
@@ -120,8 +116,7 @@ def cluster_nodes(expect: int = 0, timeout_s: float = NODES_WAIT_S) -> list[Node
 
 def check_all_joined(address: str | None, expect: list[str], nodes: list[NodeShape],
                      wait_s: float) -> None:
-    """Refuse (SweepError) a run where fewer nodes joined than the batch script started Ray
-    on, naming those missing and the head address they were given."""
+    """Refuse a run where fewer nodes joined than the batch script started Ray on."""
     joined = [n for n in nodes if not n.may_add]
     if len(joined) >= len(expect):
         return
@@ -140,7 +135,6 @@ SWEEP_NODES_HINT = f"{NODES_WAIT_ENV} waits longer"
 
 
 def autoscaler_node_types(path: Path = AUTOSCALER_CONFIG) -> list[NodeShape]:
-    """The node types of a `ray up` cluster's config that the autoscaler may start."""
     path = path.expanduser()
     if not path.is_file():
         return []
@@ -157,9 +151,8 @@ def autoscaler_node_types(path: Path = AUTOSCALER_CONFIG) -> list[NodeShape]:
 
 def check_resources(address: str | None, cpus: float, gpus: float,
                     nodes: list[NodeShape] | None = None) -> list[NodeShape]:
-    """Refuse (SweepError) a sweep whose trials ask more CPUs or GPUs than any node of the
-    Ray it joined has: Ray would wait for such a node forever (nothing autoscales under
-    Slurm). Says which nodes there are when the Ray is a cluster's (`address`)."""
+    """Refuse a sweep whose trials ask more than any node has: Ray would wait for such a node
+    forever (nothing autoscales under Slurm)."""
     if nodes is None:
         expect = expected_nodes()
         wait_s = float(os.environ.get(NODES_WAIT_ENV) or NODES_WAIT_S)

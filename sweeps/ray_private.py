@@ -1,15 +1,7 @@
-"""Every Ray and Tune internal the sweeps rely on, and only those, in one place.
-
-Ray's public API does not cover two things the sweeps need: Ray's processes out of the
-driver's process group, and no idle workers and no callback tagging at a sweep's start
-(speed). What they need from Ray's internals (private modules,
-underscore attributes, undocumented behaviour) is here, each with what it relies on and why;
-nothing else in the package reaches past Ray's public API (docs/DESIGN.md lists them, and
-what the public API answered instead). tests/test_ray_adapter.py checks each against the
-installed Ray, so a Ray upgrade that changes one fails there, by name, instead of in a
-sweep. A sweep's state is its own (trainables/record.py): nothing here reads Tune's.
-
-Ray is imported inside the functions: the drivers' `--help` and the analysis never load it.
+"""Every Ray and Tune internal the sweeps rely on, and only those, each with what it relies
+on and why (docs/DESIGN.md): Ray's processes out of the driver's process group, and no idle
+workers and no callback tagging at a sweep's start (speed). tests/test_ray_adapter.py checks
+each against the installed Ray, so an upgrade that changes one fails there, by name.
 """
 
 from __future__ import annotations
@@ -57,8 +49,6 @@ PRESTART_ENV = "RAY_prestart_worker_first_driver"
 
 
 def no_prestarted_workers() -> None:
-    """A Ray this process starts from now on prestarts no worker (unless PRESTART_ENV is
-    already set)."""
     os.environ.setdefault(PRESTART_ENV, "0")
 
 
