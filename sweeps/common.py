@@ -1,6 +1,4 @@
-"""What the sweep core, its runner and the trackers share, in one place every one of them
-imports (and that imports none of them): the user-facing error, and how a driver ends on it (a
-trial's flat config is unbiased/settings.py's `flat_config`)."""
+"""What the sweep modules share, importing none of them: the user-facing error and checks."""
 
 from __future__ import annotations
 
@@ -37,8 +35,7 @@ def ray_job_address() -> str | None:
 
 
 def storage_uri_problem(path: str) -> str | None:
-    """What is wrong with a --storage-path URI's form (None: nothing, or not a URI): read
-    offline, without asking the storage."""
+    """What is wrong with a --storage-path URI's form (None: nothing, or not a URI)."""
     if "://" not in path:
         return None
     scheme, rest = path.split("://", 1)

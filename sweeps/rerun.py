@@ -38,9 +38,8 @@ SEARCHES = {"lambda_search": "digits"}
 
 
 def specs() -> dict[str, GridSpec]:
-    """The grid of each experiment a sweep records: each registered benchmark's
-    (`<name>_grid`), and the experiments its presets name (digits' ablations: a record of
-    k_ablation_cpu, or of the k_ablation.py driver's cpu, re-runs as k_ablation)."""
+    """The grid of each experiment a sweep records: each registered benchmark's, and the
+    experiments its presets name (digits' ablations)."""
     from unbiased.benchmarks import registered
 
     out: dict[str, GridSpec] = {}
