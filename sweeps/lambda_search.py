@@ -3,13 +3,10 @@
     python -m sweeps lambda_search                    # quick preset: 6 trials, embedded data, CPU
     python -m sweeps lambda_search --preset paper --root data --address auto
 
-One multi-objective Optuna study (Tune's OptunaSearch, TPE) per (method, sigma, seed): minimise
-`mi_eval` (MI of the final features, measured by a fresh statistics network) and maximise
-`train_acc`. Neither reads test labels or needs an unbiased validation set. lambda is sampled
-log-uniformly in --lam-range (so lambda = 0 is never proposed) and K from the --K choices.
-Writes OUT/results.parquet, tables and figures like the grid drivers (default OUT is
-results/lambda_search_<preset>), plus OUT/pareto.parquet and OUT/pareto.md: each study's
-Pareto front with the trial the lowest-MI rule picks on it.
+One multi-objective TPE study per (method, sigma, seed): minimise `mi_eval` (a fresh critic's
+MI of the final features) and maximise `train_acc`, neither reading test labels. Writes what
+the grid drivers write, plus OUT/pareto.parquet and OUT/pareto.md: each study's Pareto front
+with the trial the lowest-MI rule picks on it.
 """
 
 from __future__ import annotations

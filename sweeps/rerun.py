@@ -2,11 +2,9 @@
 
     python -m sweeps rerun results/digits_cpu --seeds 3,4,5 [--out NEW]
 
-Everything but the seeds (preset values, flags, data) is the source sweep's recorded config
-(OUT/experiment.json). Per sigma, split or group, every label-free rule's lambda runs, plus ERM
-(lambda = 0) as the reference. NEW (default OUT_rerun) gets the usual results, tables and
-figures, and rerun.md / rerun.parquet: each pick beside the numbers it was chosen on, with
-the sweep and rule it came from.
+Everything but the seeds is the source sweep's recorded config (OUT/experiment.json); ERM
+(lambda = 0) runs too, as the reference. NEW (default OUT_rerun) gets the usual outputs and
+rerun.md / rerun.parquet: each pick beside the numbers it was chosen on.
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ from sweeps.outputs import EXPERIMENT_FILE
 PROG = "python -m sweeps rerun"
 
 
-# A lambda search's picks re-run as a digits grid: the same trainable and settings, now at
-# the chosen lambdas.
+# A lambda search's picks re-run as a digits grid.
 SEARCHES = {"lambda_search": "digits"}
 
 
