@@ -116,9 +116,8 @@ def tracker_list(text: str) -> tuple[str, ...]:
 
 # Where --storage-path comes from when the flag is absent: cluster.yaml sets it on every node.
 STORAGE_ENV = "UNBIASED_STORAGE_PATH"
-# Restarts of a failed trial from its last checkpoint: a local machine's failures are bugs or
-# a killed process (2); a cluster's spot nodes are reclaimed, each time costing a trial an
-# epoch at most, so it may lose a node several times over a long trial (10).
+# Restarts of a failed trial: a local failure is a bug or a kill (2); a cluster's spot nodes
+# are reclaimed, an epoch lost each time, several times over a long trial (10).
 MAX_FAILURES_LOCAL, MAX_FAILURES_CLUSTER = 2, 10
 SCHEDULERS = ("fifo", "asha")
 # Values a preset may leave out: the trial settings' own defaults where a trial config has

@@ -21,9 +21,7 @@ STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
 BUCKET_SCHEMES = ("s3", "gs", "gcs")
 
 
-# Set by Ray's job supervisor for the entrypoint of a `ray job submit` (with RAY_ADDRESS, the
-# cluster's GCS): the job's runtime environment (its uploaded working directory) that every
-# trial must run in.
+# Set by Ray's job supervisor for a `ray job submit` entrypoint (with RAY_ADDRESS, the GCS).
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 

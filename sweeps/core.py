@@ -46,10 +46,7 @@ def method_keys() -> tuple[str, ...]:
     """Every field of every method's config dataclass."""
     from unbiased.methods import METHODS, config_keys
 
-    keys: list[str] = []
-    for name in METHODS:
-        keys += [k for k in config_keys(name) if k not in keys]
-    return tuple(keys)
+    return tuple(dict.fromkeys(k for name in METHODS for k in config_keys(name)))
 
 
 def sweep_methods(values: dict) -> list[str]:
@@ -117,24 +114,11 @@ class GridSpec:
         except DataError as exc:
             raise SweepError(sweep_missing_data(exc, args)) from None
 
-    def describe(self, args: SweepArgs, loaded: dict) -> tuple[dict, list[str]]:
-        """Facts about the data for OUT/experiment.json, and lines printed at the start."""
-        if self.bench.describe is None:
-            return {}, []
-        return self.bench.describe(args.values, loaded)
-
     def trainable(self) -> Callable:
         """The Tune function (imported late: it imports torch and ray)."""
         from trainables.tune_trial import trainable_for
 
         return trainable_for(self.bench.name)
-
-    def extra_rows(self, args: SweepArgs, loaded: dict, like: pd.DataFrame
-                   ) -> pd.DataFrame | None:
-        """Rows of the benchmark's non-neural baselines (German's SVM), if it has any."""
-        if self.bench.extra_rows is None:
-            return None
-        return self.bench.extra_rows(args.values, loaded, like)
 
     def for_preset(self, preset: str) -> GridSpec:
         """The grid a preset runs: one naming an experiment of its own (digits' ablations)
@@ -144,10 +128,6 @@ class GridSpec:
             return self
         return replace(self, experiment_name=str(values["experiment"]),
                        own_axes=tuple(values.get("data_axes", self.data_axes)))
-
-    def summary_columns(self) -> tuple[str, ...]:
-        return ("method", *self.data_axes, "lam", "K", "seed", "epoch", *self.bench.summary,
-                "mi", "mi_eval", "status")
 
     def trial_keys(self) -> tuple[str, ...]:
         return (*RUN_KEYS, *method_keys(), *self.bench.build_keys)
@@ -360,7 +340,8 @@ def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
         check_storage_reachable(args)
     check_out_dir(args, spec.experiment)
     loaded, data = spec.load(args)
-    facts, lines = spec.describe(args, loaded)
+    facts, lines = (({}, []) if spec.bench.describe is None
+                    else spec.bench.describe(args.values, loaded))
     args.extra.update(facts)
     trackers.start(args, spec.experiment)
     print(f"{spec.experiment}: preset {args.preset}, {trials} ({data}), {args['epochs']} "
@@ -384,9 +365,9 @@ def finish(spec: GridSpec, args: SweepArgs, df: pd.DataFrame, loaded: dict[str, 
     """The end every sweep shares: outputs written, copied and logged, then `closing(df)`
     (default: each trial's reported row) and the paths printed; 1 where a trial failed."""
     try:
-        extra = spec.extra_rows(args, loaded, df)
-        if extra is not None:
-            df = pd.concat([df, extra], ignore_index=True)
+        if spec.bench.extra_rows is not None:  # non-neural baselines (German's SVM)
+            df = pd.concat([df, spec.bench.extra_rows(args.values, loaded, df)],
+                           ignore_index=True)
         written = write_outputs(args, spec.experiment, df)
         if after is not None:
             written += after(args, df)
@@ -394,7 +375,7 @@ def finish(spec: GridSpec, args: SweepArgs, df: pd.DataFrame, loaded: dict[str, 
         trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
-    print(closing(df) if closing is not None else summary(df, spec.summary_columns()))
+    print(closing(df) if closing is not None else summary(df, spec))
     for path in written:
         print(f"wrote {path}")
     if kept is not None:
@@ -412,8 +393,7 @@ def trial_errors(grid) -> dict[str, object]:
     for result in grid:
         point = (result.config or {}).get(POINT_KEY) or {}
         if result.error is not None:
-            for member in point.get(MEMBERS_KEY, [point]):
-                errors[trial_key([member])] = result.error
+            errors |= {trial_key([m]): result.error for m in point.get(MEMBERS_KEY, [point])}
     return errors
 
 
@@ -463,7 +443,9 @@ def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict],
         if point["lam"] > 0:
             source = baselines.get(baseline_key(spec, point))
             if source is None:
-                raise SweepError(f"--warm-start: the trial {_describe(spec, point)} starts "
+                said = ", ".join(f"{k} {point[k]}" for k in ("method", *spec.data_axes, "lam",
+                                                             "seed") if point.get(k) is not None)
+                raise SweepError(f"--warm-start: the trial {said} starts "
                                  f"from the lam = 0 trial of its point and seed, which this "
                                  f"sweep does not run: add 0 to --lam")
             point = {**point, WARM_FROM: source}
@@ -471,9 +453,6 @@ def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict],
     return out
 
 
-def _describe(spec: GridSpec, point: dict) -> str:
-    return ", ".join(f"{k} {point[k]}" for k in ("method", *spec.data_axes, "lam", "seed")
-                     if point.get(k) is not None)
 
 
 def check_local_gpu(args: SweepArgs) -> None:
@@ -574,10 +553,11 @@ def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
     print("shared: " + ", ".join(f"{k}={fixed[k]}" for k in sorted(fixed)))
 
 
-def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> str:
+def summary(df: pd.DataFrame, spec: GridSpec) -> str:
     """Each trial's reported row (its selected epoch), sorted by its grid point."""
     rows = df[df["selected"]] if "selected" in df.columns else df
-    cols = [c for c in columns if c in rows.columns]
+    cols = [c for c in ("method", *spec.data_axes, "lam", "K", "seed", "epoch",
+                        *spec.bench.summary, "mi", "mi_eval", "status") if c in rows.columns]
     from analysis.specs import DATA_AXES
 
     keys = list(dict.fromkeys(c for c in ("method", *DATA_AXES, "lam", "K", "seed")

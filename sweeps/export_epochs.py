@@ -22,11 +22,9 @@ import pandas as pd
 
 from analysis.specs import DATA_AXES
 
-# One trial: its method, K (0 for methods without one, as in results.parquet), lam, seed, and
-# its data point: the values of the axes below that its rows hold.
+# One trial's keys (K: 0 for methods without one), with its data point's axes.
 POINT_KEYS = ["method", "K", "lam", "seed"]
-# Grid axes some sweeps add (digits' critic_ablation_* presets; a tuning preset's arm and
-# draw): part of a trial's key where present.
+# Axes some sweeps add (digits' critic ablation; a tuning preset's): part of a trial's key.
 AXIS_KEYS = ["mine_standardize", "mi_guard", "arm", "draw"]
 # The CSV's leading columns, as every export so far wrote them (digits' sigma among them).
 TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]

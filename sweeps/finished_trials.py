@@ -139,7 +139,7 @@ def import_done(records: RecordStore, path: Path, done: list[tuple[dict, pd.Data
         note = _selection_note(own)
         if note and "selection_note" not in metrics.columns:
             metrics = metrics.assign(selection_note=note)
-        rows = [{k: v for k, v in row.items() if not _missing(v)}
+        rows = [{k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
                 for row in metrics.to_dict("records")]
         records.start(key, {**config, **flat_point(point)})
         records.write(key, rows, None)
@@ -147,8 +147,6 @@ def import_done(records: RecordStore, path: Path, done: list[tuple[dict, pd.Data
     return len(done)
 
 
-def _missing(value: object) -> bool:
-    return isinstance(value, float) and math.isnan(value)
 
 
 def point_records(records: RecordStore, fixed: dict, points: list[dict] | None = None

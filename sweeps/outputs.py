@@ -41,10 +41,8 @@ def check_out_dir(args: SweepArgs, experiment: str) -> None:
         raise SweepError(f"--out {out} is not writable: {exc.strerror or exc}") from None
 
 
-# A storage check answers within this: pyarrow's clients retry an endpoint that never answers
-# for minutes (GCS without credentials printed nothing for over 150 s), and an S3 client left
-# waiting keeps the interpreter from exiting. So the check runs in a process of its own,
-# killed at the limit.
+# The storage check runs in a process of its own, killed at this limit: pyarrow retries an
+# endpoint that never answers for minutes (GCS without credentials: over 150 s).
 STORAGE_CHECK_S = 10.0
 
 # The child's answer, one line: "ok", "missing ROOT" or "error REASON". os._exit after it: an

@@ -56,8 +56,7 @@ def init_local_ray() -> None:
         ray.init(address="local", include_dashboard=False)
 
 
-# The batch script (slurm/sweep.sbatch) says how many nodes its Ray will have: the driver waits
-# for them to join before it compares a trial's ask with what the nodes have.
+# The nodes the batch script starts Ray on, waited for before a trial's ask is compared.
 EXPECT_NODES_ENV = "SWEEP_EXPECT_NODES"  # the job's node names, comma-separated (or a count)
 NODES_WAIT_ENV = "SWEEP_NODES_WAIT_S"
 NODES_WAIT_S = 120.0  # `ray start` on a worker: seconds; a node that takes longer is lost
@@ -69,8 +68,7 @@ def expected_nodes() -> list[str]:
     if value.isdigit():
         return [""] * int(value)
     return [n for n in value.split(",") if n]
-# Where a cluster started by `ray up` lists the node types its autoscaler may add (Tune's own
-# test for an autoscaling cluster): present on its head.
+# On a `ray up` cluster's head: the node types its autoscaler may add (Tune's own test).
 AUTOSCALER_CONFIG = Path("~/ray_bootstrap_config.yaml")
 
 

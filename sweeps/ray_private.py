@@ -42,9 +42,8 @@ def ray_processes_in_own_sessions() -> Iterator[bool]:
 
 # -- No idle workers for a local Ray ----------------------------------------------------------
 # A raylet prestarts one Python worker per CPU when the first driver connects (RayConfig
-# `prestart_worker_first_driver`, read from RAY_prestart_worker_first_driver by the raylet a
-# ray.init starts). Tune's trial actors never run in them: each carries a runtime env (Tune's
-# env vars, ray/tune/execution/class_cache.py), so Ray starts a worker of that env for it.
+# `prestart_worker_first_driver`). Tune's trial actors never run in them: each carries a
+# runtime env (ray/tune/execution/class_cache.py), so Ray starts a worker of that env for it.
 PRESTART_ENV = "RAY_prestart_worker_first_driver"
 
 
@@ -66,9 +65,5 @@ def skip_callback_usage_tags() -> bool:
 
     if usage_stats_enabled():
         return False
-    air_usage.tag_callbacks = _no_callback_tags
+    air_usage.tag_callbacks = lambda callbacks: False  # tag_callbacks' "no usage recorded"
     return True
-
-
-def _no_callback_tags(callbacks) -> bool:
-    return False  # tag_callbacks' "no usage recorded"

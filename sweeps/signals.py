@@ -59,8 +59,7 @@ def stopper():
     return StopOnSignal()
 
 
-# A stop signal that came outside a Tune run (before the first, between a lambda search's
-# studies or a warm start's parts, while the outputs are written): `defer_stop_signals`.
+# A stop signal that came outside a Tune run (`defer_stop_signals`).
 PENDING: list[int] = []
 
 
@@ -143,8 +142,7 @@ class StopSignals:
         raise SystemExit(128 + int(self.received))
 
 
-# Flags a --resume cannot be given with: --done starts a new run (a resumed one reads the rows
-# --done took from OUT), --overwrite would discard what the resume continues.
+# Flags a --resume refuses: --done starts a new run, --overwrite discards what it continues.
 _NOT_WITH_RESUME = {"--done": True, "--overwrite": False}  # flag -> takes a value
 
 

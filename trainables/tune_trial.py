@@ -74,9 +74,8 @@ class TuneSession(StoreSession):
         tune.report(metrics)
 
     def where(self) -> dict[str, str]:
-        # Hostnames repeat across Ray nodes on one machine (and in some clusters); node ids not.
-        # Under Slurm (slurm/sweep.sbatch), the node Slurm named: the Ray node started there
-        # passes SLURMD_NODENAME on to its workers.
+        # Hostnames repeat across Ray nodes on one machine; node ids not. Under Slurm, the Ray
+        # node passes SLURMD_NODENAME on to its workers.
         import ray
 
         return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
@@ -100,12 +99,11 @@ def quiet_sigterm_in_worker() -> None:
     exit on (atexit runs before module teardown and before Ray's own atexit shutdown), and
     before that an unraisable SystemExit is dropped; other unraisable exceptions still go to
     the previous hook."""
-    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
-    sys.unraisablehook = _drop_unraisable_system_exit(sys.unraisablehook)
+    previous = sys.unraisablehook
 
-
-def _drop_unraisable_system_exit(previous: Callable[[Any], object]) -> Callable[[Any], None]:
     def hook(unraisable: Any) -> None:
         if not isinstance(unraisable.exc_value, SystemExit):
             previous(unraisable)
-    return hook
+
+    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
+    sys.unraisablehook = hook

@@ -198,7 +198,8 @@ def _trial_runs_callback():
                     run_id, name=name or run_id, resume="allow", allow_val_change=True,
                     group=state["group"], project=state["project"], dir=state["dir"],
                     job_type="trial", tags=[f"{k}={v}" for k, v in tags_of(config).items()],
-                    config={k: v for k, v in config.items() if _plain(v)},
+                    config={k: v for k, v in config.items() if v is None or isinstance(
+                        v, str | int | float | bool | list | tuple | dict)},
                     # Every run is in the driver: the system metrics would be the driver
                     # node's, and its console output in every run.
                     settings={"console": "off", "x_disable_stats": True})
@@ -240,5 +241,3 @@ def _logged_in(wandb) -> bool:
         return False
 
 
-def _plain(value: object) -> bool:
-    return value is None or isinstance(value, str | int | float | bool | list | tuple | dict)
