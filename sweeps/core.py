@@ -43,7 +43,6 @@ DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_
 
 
 def method_keys() -> tuple[str, ...]:
-    """Every field of every method's config dataclass."""
     from unbiased.methods import METHODS, config_keys
 
     return tuple(dict.fromkeys(k for name in METHODS for k in config_keys(name)))
@@ -133,7 +132,6 @@ class GridSpec:
         return (*RUN_KEYS, *method_keys(), *self.bench.build_keys)
 
     def fixed_values(self, values: dict) -> dict:
-        """The values every trial of the sweep shares."""
         axes = {*self.data_axes, "lam", "K"}
         return {k: values[k] for k in self.trial_keys() if k in values and k not in axes}
 
@@ -352,7 +350,6 @@ def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
 
 
 def start_ray(args: SweepArgs) -> dict[str, float]:
-    """Ray joined or started, and a trial's resources checked against its nodes."""
     init_ray(args.address)
     resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
     check_resources(args.address, resources["cpu"], resources["gpu"])
@@ -399,7 +396,6 @@ def trial_errors(grid) -> dict[str, object]:
 
 def trial_rows(records: RecordStore, fixed: dict, points: list[dict], errors: dict[str, object]
                ) -> list[tuple[pd.DataFrame, dict, str, object]]:
-    """Every point's (rows, flat config, key, error) for results_frame."""
     held = point_records(records, fixed, points)
     out = []
     for point in points:

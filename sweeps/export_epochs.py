@@ -46,7 +46,6 @@ def trial_keys(df: pd.DataFrame) -> list[str]:
 
 
 def from_records(out: Path) -> pd.DataFrame:
-    """Every grid point's rows in the records under OUT/tune, with its config."""
     from pyarrow import fs
 
     from sweeps.finished_trials import trial_points
@@ -160,7 +159,6 @@ class RowsError(ValueError):
 
 
 def read_rows_csv(path: Path) -> pd.DataFrame:
-    """A CSV of a sweep's epochs, checked for the columns export needs."""
     if path.stat().st_size == 0:
         return pd.DataFrame()
     try:

@@ -29,7 +29,6 @@ _NOT_COMPARED = frozenset({"root", "device", "num_threads", "cpus_per_trial",
 
 
 def read_done(path: Path, keys: tuple[str, ...]) -> pd.DataFrame:
-    """FILE's rows, checked for the key columns."""
     try:
         rows = pd.read_csv(path)
     except (OSError, ValueError) as exc:

@@ -26,7 +26,6 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def init_ray(address: str | None) -> None:
-    """Join the Ray at `address`, or (none given) start a local one of this driver's own."""
     import ray
 
     if ray.is_initialized():

@@ -154,7 +154,6 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
 
 
 def _points(config: dict) -> list[dict]:
-    """A trial's grid points: its own config, or a bundle's members'."""
     from unbiased.trial import MEMBERS_KEY, member_configs
 
     return member_configs(config) if MEMBERS_KEY in config else [config]

@@ -147,7 +147,6 @@ _NOT_WITH_RESUME = {"--done": True, "--overwrite": False}  # flag -> takes a val
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command that continues the sweep `argv` ran."""
     out: list[str] = []
     skip = False
     for arg in argv:

@@ -44,7 +44,6 @@ def trial_key(points: list[dict]) -> str:
 
 
 def trial_key_of(config: dict) -> str | None:
-    """The key of a trial from its config as Tune gives it; None without a grid point."""
     point = config.get(POINT_KEY)
     if not point:
         return None
@@ -74,8 +73,6 @@ def records_root(storage: str, experiment: str) -> str:
 
 
 class RecordStore:
-    """The records of one experiment's trials (under a path or a URI)."""
-
     def __init__(self, filesystem: pafs.FileSystem | None, root: str) -> None:
         self._fs, self._root = filesystem, root.rstrip("/")
 
@@ -128,7 +125,6 @@ class RecordStore:
         return self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
 
     def start(self, key: str, config: dict) -> None:
-        """A trial that starts from its first epoch."""
         for name in (ROWS_FILE, END_FILE):
             if self._exists(f"{self._dir(key)}/{name}"):
                 self.fs.delete_file(f"{self._dir(key)}/{name}")
@@ -201,7 +197,6 @@ class RecordStore:
         self.fs.create_dir(self.root, recursive=True)
 
     def exist(self) -> bool:
-        """Whether a sweep of this experiment was launched here (`begin`)."""
         return self._exists(self.root)
 
     def keys(self) -> list[str]:

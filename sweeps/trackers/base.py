@@ -35,7 +35,6 @@ def number(value: object) -> bool:
 
 
 def metrics_of(result: dict) -> dict[str, float]:
-    """The trial's own metrics in one Tune result."""
     return {k: float(v) for k, v in result.items() if k not in NOT_METRICS and number(v)}
 
 
