@@ -499,8 +499,7 @@ def take_done(spec: GridSpec, args: SweepArgs, records: RecordStore, points: lis
     if args.done is not None:
         _, whole = split_done(args.done, read_done(args.done, spec.param_keys()), points,
                               fixed)
-        from_csv = {trial_key([p]) for p, _ in whole} - done
-        done |= from_csv
+        done |= {trial_key([p]) for p, _ in whole}
         lines.append(f"{len(whole)} of {len(points)} trials finished in {args.done}: not run "
                      f"again, their rows join the results")
     todo = [p for p in points if trial_key([p]) not in done]

@@ -29,19 +29,15 @@ def trainable_for(name: str) -> Callable[..., None]:
     spec = benchmark_spec(name)
 
     def train(config: dict, **loaded: object) -> None:
+        # Tune logs every checkpoint at INFO from the worker; the driver prints progress.
+        logging.getLogger("ray.train").setLevel(logging.WARNING)
+        logging.getLogger("ray.tune").setLevel(logging.WARNING)
+        quiet_sigterm_in_worker()
         run = run_bundle if MEMBERS_KEY in flat_config(config) else run_trial
-        run(config, lambda cfg: spec.build(cfg, **loaded), tune_session(config))
+        run(config, lambda cfg: spec.build(cfg, **loaded), TuneSession(config))
 
     train.__name__ = train.__qualname__ = f"train_{name}"
     return train
-
-
-def tune_session(config: dict) -> TuneSession:
-    # Tune logs every checkpoint at INFO from the worker; the driver prints progress.
-    logging.getLogger("ray.train").setLevel(logging.WARNING)
-    logging.getLogger("ray.tune").setLevel(logging.WARNING)
-    quiet_sigterm_in_worker()
-    return TuneSession(config)
 
 
 class TuneSession(StoreSession):
