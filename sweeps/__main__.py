@@ -1,8 +1,6 @@
 """`python -m sweeps NAME [flags]`: one entry point for every driver.
 
-A registered benchmark (unbiased/benchmarks/__init__.py) runs its grid (sweeps/core.py,
-`benchmark_grid`); the ablations are presets of digits. The other drivers are not grids of a
-benchmark, and each has a file of its own (DRIVERS).
+A registered benchmark runs its grid; the other drivers have a file of their own (DRIVERS).
 
     python -m sweeps digits --preset quick
     python -m sweeps digits --preset k_ablation_cpu  # the supplementary's K ablation

@@ -1,12 +1,8 @@
-"""One argument surface for every sweep driver.
+"""One argument surface for every sweep driver: presets give every value, flags override
+single values, and a bad value is one argparse-style line naming the flag (exit 2).
 
-Presets give every value; flags override single values. Bad values exit with status 2 and one
-argparse-style line naming the flag, never a traceback.
-
-The flags of the methods' and the trial's settings are generated from their config fields,
-which carry each flag's help, choices and bounds (unbiased/settings.py); so are a benchmark's
-own flags, from its spec's settings dataclass (unbiased/benchmarks/). Written here: the sweep
-axes (lists of values) and the driver's flags (where and how the sweep runs).
+The settings' flags are generated from their config fields' metadata (unbiased/settings.py);
+written here are the sweep axes and the driver's own flags.
 """
 
 from __future__ import annotations
@@ -94,7 +90,6 @@ def _named_list(text: str, what: str, known: Callable[[str], str | None],
 
 
 def method_lams(text: str) -> tuple[str, list[float]]:
-    """METHOD=L1,L2 (--lam-of): the lambdas of one method."""
     return _named_list(text, "METHOD=LAM[,LAM...]", _known_method, LAM_LIST)
 
 
@@ -108,18 +103,10 @@ ARM_LIST = _list_of(str, _known_arm)
 
 
 def arm_draws(text: str) -> tuple[str, list[int]]:
-    """ARM=I,J (--draw-of): the draw indices of one arm to run."""
     return _named_list(text, "ARM=DRAW[,DRAW...]", _known_arm, SEED_LIST)
 
 
-def _arm_names() -> list[str]:
-    from unbiased.search import ARMS
-
-    return list(ARMS)
-
-
 def tracker_list(text: str) -> tuple[str, ...]:
-    """--tracker: none, or trackers comma-separated (mlflow,wandb)."""
     if text.strip() == "none":
         return ()
     names = _list_of(str, lambda v: None if v in TRACKER_NAMES else
@@ -129,9 +116,8 @@ def tracker_list(text: str) -> tuple[str, ...]:
 
 # Where --storage-path comes from when the flag is absent: cluster.yaml sets it on every node.
 STORAGE_ENV = "UNBIASED_STORAGE_PATH"
-# Restarts of a failed trial from its last checkpoint: a local machine's failures are bugs or
-# a killed process (2); a cluster's spot nodes are reclaimed, each time costing a trial an
-# epoch at most, so it may lose a node several times over a long trial (10).
+# Restarts of a failed trial: a local failure is a bug or a kill (2); a cluster's spot nodes
+# are reclaimed, an epoch lost each time, several times over a long trial (10).
 MAX_FAILURES_LOCAL, MAX_FAILURES_CLUSTER = 2, 10
 SCHEDULERS = ("fifo", "asha")
 # Values a preset may leave out: the trial settings' own defaults where a trial config has
@@ -156,27 +142,21 @@ class SweepArgs:
     max_failures: int = MAX_FAILURES_LOCAL
     resume: bool = False
     overwrite: bool = False
-    dry_run: bool = False  # print the trials and settings, start nothing
-    done: Path | None = None  # --done: an earlier run's per-epoch rows (sweeps/finished_trials.py)
-    bundle: int = 1  # --bundle: grid points per trial (unbiased/trial.py)
-    tracker: tuple[str, ...] = ()  # sweeps/trackers: the trackers asked for (or resumed)
+    dry_run: bool = False
+    done: Path | None = None
+    bundle: int = 1
+    tracker: tuple[str, ...] = ()  # asked for, or resumed
     tracking_uri: str | None = None
     wandb_project: str | None = None
-    # More fields for OUT/experiment.json (a re-run records the sweep it re-runs).
-    extra: dict[str, object] = field(default_factory=dict)
-    # The keys set by a flag on the command line (the rest came from the preset).
-    explicit: frozenset[str] = frozenset()
-    # The command that fetches this sweep's data where there is network (--fetch-data), for
-    # the error of a sweep whose data is missing (sweeps/fetch.py).
-    fetch_command: str = ""
+    extra: dict[str, object] = field(default_factory=dict)  # for OUT/experiment.json
+    explicit: frozenset[str] = frozenset()  # the keys set by a flag, not the preset
+    fetch_command: str = ""  # --fetch-data's command, for a missing-data error
 
     def __getitem__(self, key: str) -> object:
         return self.values[key]
 
 
-# Keys a preset may hold that say which grid it is, not what its trials get: an experiment of
-# its own and that grid's data axes (the ablations of digits, unbiased/benchmarks/digits/spec.py).
-# resolve leaves them out of the values; sweeps/core.py's GridSpec.for_preset reads them.
+# Preset keys that say which grid it is, not what its trials get (GridSpec.for_preset).
 GRID_KEYS = ("experiment", "data_axes")
 
 # Preset keys whose flag is not `--` + the key with dashes.
@@ -188,9 +168,8 @@ _NO_DEFAULT = object()  # a flag whose unset value only a preset gives
 
 def _preset_value(p: argparse._ActionsContainer, flag: str, key: str | None = None,
                   setting_default: object = _NO_DEFAULT, **kwargs) -> argparse.Action:
-    """A flag that replaces one preset value; `key` is the preset key (default: the dest),
-    `setting_default` its setting's own default. `resolve` reads these flags, the help
-    formatter says where their unset value comes from."""
+    """A flag that replaces preset value `key` (default: the dest), whose setting defaults
+    to `setting_default`."""
     action = p.add_argument(flag, **kwargs)
     action.preset_key = key or action.dest  # type: ignore[attr-defined]
     action.setting_default = setting_default  # type: ignore[attr-defined]
@@ -198,9 +177,8 @@ def _preset_value(p: argparse._ActionsContainer, flag: str, key: str | None = No
 
 
 def setting_flags(p: argparse.ArgumentParser) -> None:
-    """A flag for every setting of every method's config and of the trial (unbiased.settings):
-    its help, choices and bounds are the field's metadata, so a setting added to a config has
-    its flag. Sweep axes (lam, K) are the drivers' list flags, written in build_parser."""
+    """A flag for every setting of every method's config and of the trial, grouped by the
+    config class that declares it."""
     from unbiased.methods import METHODS
     from unbiased.settings import own_fields
 
@@ -218,9 +196,8 @@ def setting_flags(p: argparse.ArgumentParser) -> None:
 
 def field_flags(group: argparse._ActionsContainer, cls: type,
                 fields: Sequence[dataclasses.Field]) -> None:
-    """A flag per field of a settings dataclass (unbiased.settings.setting): its help,
-    choices, bounds and default from the field's metadata; a `many` field (a data axis)
-    takes a comma-separated list, each item checked; an `axis` field is a driver's list flag."""
+    """A flag per field of a settings dataclass, from its metadata; a `many` field (a data
+    axis) takes a list, an `axis` field is a driver's own list flag."""
     from unbiased.settings import kind_of, setting_of
 
     for f in fields:
@@ -266,9 +243,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(prog: str, description: str, presets: dict[str, dict[str, object]],
                  search: bool = False, benchmark: BenchmarkSpec | None = None
                  ) -> argparse.ArgumentParser:
-    """`search`: the driver samples lambda and K (lambda_search.py) instead of a grid, so it
-    takes --samples and --lam-range, and --K lists the choices. `benchmark`: its own flags
-    (field_flags)."""
+    """`search`: lambda and K are sampled (lambda_search.py), not a grid."""
     preset_help = "\n".join(
         textwrap.fill(f"{name}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()),
                       width=79, initial_indent="  ", subsequent_indent="    ")
@@ -308,8 +283,10 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
             "an equal tuning budget (unbiased/search.py; the `tune` presets): every arm the "
             "same number of draws from its method's distributions, instead of --method, "
             "--lam and --K's grid")
+        from unbiased.search import ARMS
+
         _preset_value(tuning, "--arms", type=ARM_LIST,
-                      help=f"arms, comma-separated: {', '.join(_arm_names())}")
+                      help=f"arms, comma-separated: {', '.join(ARMS)}")
         _preset_value(tuning, "--draws", type=POS_INT, help="draws per arm")
         _preset_value(tuning, "--search-seed", type=NONNEG_INT,
                       help="the seed of the draws (not of the trials: --seeds)")
@@ -386,7 +363,6 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
 
 
 def tracker_flags(p: argparse._ActionsContainer) -> None:
-    """--tracker and its settings (every driver and the re-run)."""
     p.add_argument("--tracker", type=tracker_list, default=(),
                    help="also log the sweep to experiment trackers, comma-separated: mlflow "
                         "(one run per trial, nested under a run of the sweep), wandb (one W&B "
@@ -408,8 +384,7 @@ def check_tracker_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace)
 
 
 def _preset_note(key: str, action: argparse.Action, presets: dict[str, dict]) -> str:
-    """Where a preset flag's unset value comes from: the setting's default, and each
-    preset that sets another value."""
+    """Where a preset flag's unset value comes from, and the presets that differ."""
     default = getattr(action, "setting_default", _NO_DEFAULT)
     if default is _NO_DEFAULT:
         default = _FALLBACKS.get(key, _NO_DEFAULT)
@@ -420,8 +395,7 @@ def _preset_note(key: str, action: argparse.Action, presets: dict[str, dict]) ->
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the preset listing's line breaks; says where each unset value comes from (the
-    parser gives it its presets)."""
+    """Keeps the preset listing's line breaks; says where each unset value comes from."""
 
     presets: dict[str, dict] = {}
 
@@ -438,10 +412,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def driver_command(prog: str) -> str:
-    """`python -m sweeps NAME` of the driver whose parser is named `prog`: its own
-    (`python -m sweeps NAME`), or from its file's name (sweeps/__main__.py's DRIVERS:
-    digits_grid.py is `digits`, lambda_search.py `lambda_search`; tests/test_fetch_data.py
-    checks each)."""
+    """`python -m sweeps NAME` of the driver whose parser is named `prog` (digits_grid.py is
+    `digits`)."""
     if prog.startswith("python"):
         return prog
     return "python -m sweeps " + prog.removesuffix(".py").removesuffix("_grid")
@@ -449,9 +421,8 @@ def driver_command(prog: str) -> str:
 
 def fetch_command(command: str, benchmark: str, preset: str, values: dict,
                   explicit: set[str]) -> str:
-    """The command line that fetches the data of this sweep (`--fetch-data`): its driver,
-    preset, the flags given of the benchmark's fetch_keys (unbiased/benchmarks/spec.py), and
-    its --root."""
+    """The `--fetch-data` command of this sweep: its driver, preset, the flags given of the
+    benchmark's fetch_keys, and its --root."""
     from unbiased.benchmarks import benchmark_spec
 
     words = [command, "--preset", shlex.quote(preset)]
@@ -467,11 +438,8 @@ def fetch_command(command: str, benchmark: str, preset: str, values: dict,
 def resolve(parser: argparse.ArgumentParser, benchmark: str,
             presets: dict[str, dict[str, object]], argv: Sequence[str] | None = None,
             name: str | None = None, command: str | None = None) -> SweepArgs:
-    """`name` names the default OUT (results/<name>_<preset>); without it, a preset with an
-    experiment of its own names it (results/<preset>), else the benchmark does.
-    `command`: the driver's `python -m sweeps NAME` in the fetch command a missing-data
-    error names (default: from the parser's prog). With --fetch-data the data is fetched
-    here and the process exits (sweeps/fetch.py)."""
+    """`name` names the default OUT (results/<name>_<preset>); `command` is the driver's
+    in the fetch command (default: from the parser's prog). --fetch-data fetches and exits."""
     ns = parser.parse_args(argv)
     preset = presets[ns.preset]
     values = {k: v for k, v in preset.items() if k not in GRID_KEYS}
@@ -552,8 +520,7 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
 
 def check_tuning(parser: argparse.ArgumentParser, values: dict,
                  draw_of: list[tuple[str, list[int]]] | None, explicit: set[str]) -> None:
-    """A tuning sweep's arms, draws and --draw-of agree (a draw index within --draws, of an
-    arm the sweep runs); --draw-of goes into values as `draw_of`."""
+    """A tuning sweep's arms, draws and --draw-of agree; --draw-of goes into `draw_of`."""
     arms = values.get("arms")
     if not arms:
         for key in ("draws", "search_seed"):
@@ -584,8 +551,7 @@ def check_tuning(parser: argparse.ArgumentParser, values: dict,
 
 def check_storage_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace,
                         address: str | None, storage: str | None, out: Path) -> None:
-    """Trial state every node can reach: on a cluster (--address, or a Ray job's) a storage
-    URI, or a path --shared-storage says every node mounts; a URI of a known form."""
+    """On a cluster, trial state every node can reach: a storage URI, or --shared-storage."""
     if storage is not None and (problem := storage_uri_problem(storage)):
         parser.error(f"argument --storage-path: {storage}: {problem}")
     if address and (storage is None or "://" not in storage) and not ns.shared_storage:
@@ -598,7 +564,6 @@ def check_storage_flags(parser: argparse.ArgumentParser, ns: argparse.Namespace,
 
 
 def flag_of(key: str) -> str:
-    """The command-line flag that sets preset key `key`."""
     return "--" + _RENAMES.get(key, key).replace("_", "-")
 
 

@@ -1,6 +1,4 @@
-"""What the sweep core, its runner and the trackers share, in one place every one of them
-imports (and that imports none of them): the user-facing error, and how a driver ends on it (a
-trial's flat config is unbiased/settings.py's `flat_config`)."""
+"""What the sweep modules share, importing none of them: the user-facing error and checks."""
 
 from __future__ import annotations
 
@@ -23,9 +21,7 @@ STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
 BUCKET_SCHEMES = ("s3", "gs", "gcs")
 
 
-# Set by Ray's job supervisor for the entrypoint of a `ray job submit` (with RAY_ADDRESS, the
-# cluster's GCS): the job's runtime environment (its uploaded working directory) that every
-# trial must run in.
+# Set by Ray's job supervisor for a `ray job submit` entrypoint (with RAY_ADDRESS, the GCS).
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
@@ -37,8 +33,7 @@ def ray_job_address() -> str | None:
 
 
 def storage_uri_problem(path: str) -> str | None:
-    """What is wrong with a --storage-path URI's form (None: nothing, or not a URI): read
-    offline, without asking the storage."""
+    """What is wrong with a --storage-path URI's form (None: nothing, or not a URI)."""
     if "://" not in path:
         return None
     scheme, rest = path.split("://", 1)

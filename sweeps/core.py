@@ -1,16 +1,9 @@
-"""The one sweep core every grid driver is a small spec on.
+"""The one sweep core every grid driver is a small spec on: a registered benchmark's spec
+(unbiased/benchmarks/) plus a driver's overrides, every value validated before Ray starts.
 
-A grid (`GridSpec`) is a registered benchmark's spec (unbiased/benchmarks/: presets, build
-keys, data axes, loading) plus what a driver overrides, so `python -m sweeps NAME` needs no
-driver file (`benchmark_grid`). The core parses the flags, derives every trial's config from
-the config dataclasses of the methods (`unbiased.methods`), validates every value before Ray
-starts, runs the grid (`run_points`: `start`, the Tuner launches, `finish`) and writes the
-results.
-
-Grid points: data axes x method x lam x K x seed, where K is an axis only for methods that
-have it (mi_backprop) and lam = 0 (plain ERM for every method and K: the methods draw from
-generators of their own) runs once per data point and seed, under the first method and K
-listed.
+Grid points: data axes x method x lam x K (methods that have it) x seed; lam = 0 is plain
+ERM for every method and K (the methods draw from generators of their own), so it runs once
+per data point and seed, under the first method and K listed.
 """
 
 from __future__ import annotations
@@ -50,13 +43,9 @@ DRIVER_KEYS = frozenset({"method", "lam", "K", "seeds", "cpus_per_trial", "gpus_
 
 
 def method_keys() -> tuple[str, ...]:
-    """Every field of every method's config dataclass."""
     from unbiased.methods import METHODS, config_keys
 
-    keys: list[str] = []
-    for name in METHODS:
-        keys += [k for k in config_keys(name) if k not in keys]
-    return tuple(keys)
+    return tuple(dict.fromkeys(k for name in METHODS for k in config_keys(name)))
 
 
 def sweep_methods(values: dict) -> list[str]:
@@ -76,10 +65,8 @@ def has_key(method: str, key: str) -> bool:
 
 @dataclass(frozen=True)
 class GridSpec:
-    """A registered benchmark's grid (unbiased/benchmarks/: its presets, flags, build keys,
-    data axes, loading, description and baseline rows, run by the generic trainable), with
-    what a driver sets otherwise: its experiment (default `<name>_grid`; another one names
-    the default OUT after it), data axes and prog."""
+    """A registered benchmark's grid, with what a driver sets otherwise: its experiment
+    (default `<name>_grid`; another one names the default OUT after it), data axes and prog."""
 
     bench: BenchmarkSpec
     experiment_name: str | None = None
@@ -116,9 +103,8 @@ class GridSpec:
         return None if self.experiment == f"{self.bench.name}_grid" else self.experiment
 
     def load(self, args: SweepArgs) -> tuple[dict[str, object], str]:
-        """The data, read once in the driver (SweepError before Ray starts, with the
-        command that fetches missing data): the objects the trainable gets through the
-        object store, and a phrase for the start line."""
+        """The data, read once in the driver (the trials get it through the object store),
+        and a phrase for the start line; missing data is a SweepError naming its fetch."""
         from sweeps.fetch import sweep_missing_data
         from unbiased.data import DataError
 
@@ -127,45 +113,25 @@ class GridSpec:
         except DataError as exc:
             raise SweepError(sweep_missing_data(exc, args)) from None
 
-    def describe(self, args: SweepArgs, loaded: dict) -> tuple[dict, list[str]]:
-        """Facts about the data (digits: the bias strength): entries for
-        OUT/experiment.json, lines printed at the start."""
-        if self.bench.describe is None:
-            return {}, []
-        return self.bench.describe(args.values, loaded)
-
     def trainable(self) -> Callable:
         """The Tune function (imported late: it imports torch and ray)."""
         from trainables.tune_trial import trainable_for
 
         return trainable_for(self.bench.name)
 
-    def extra_rows(self, args: SweepArgs, loaded: dict, like: pd.DataFrame
-                   ) -> pd.DataFrame | None:
-        """Rows of the benchmark's non-neural baselines (German's SVM), if it has any."""
-        if self.bench.extra_rows is None:
-            return None
-        return self.bench.extra_rows(args.values, loaded, like)
-
     def for_preset(self, preset: str) -> GridSpec:
-        """The grid a preset runs: one that names an experiment of its own (the ablations of
-        digits) runs under it and over its own data axes where it lists them (sweeps/cli.py,
-        GRID_KEYS)."""
+        """The grid a preset runs: one naming an experiment of its own (digits' ablations)
+        runs under it, over its own data axes where it lists them (sweeps/cli.py GRID_KEYS)."""
         values = self.presets[preset]
         if "experiment" not in values:
             return self
         return replace(self, experiment_name=str(values["experiment"]),
                        own_axes=tuple(values.get("data_axes", self.data_axes)))
 
-    def summary_columns(self) -> tuple[str, ...]:
-        return ("method", *self.data_axes, "lam", "K", "seed", "epoch", *self.bench.summary,
-                "mi", "mi_eval", "status")
-
     def trial_keys(self) -> tuple[str, ...]:
         return (*RUN_KEYS, *method_keys(), *self.bench.build_keys)
 
     def fixed_values(self, values: dict) -> dict:
-        """The values every trial of the sweep shares."""
         axes = {*self.data_axes, "lam", "K"}
         return {k: values[k] for k in self.trial_keys() if k in values and k not in axes}
 
@@ -193,14 +159,10 @@ class GridSpec:
                              f"--method")
 
     def points(self, values: dict) -> list[dict]:
-        """Every trial's grid point: data axes x method x lam x K (methods that have it)
-        x seed; lam = 0 once per data point and seed (the first method and K). A method in
-        `method_lam` (--lam-of) runs its own non-zero lambdas instead of `lam`'s.
-
-        Ordered seed first, then method (as listed), then the data axes: Tune starts trials
-        in this order, so a grid cut off by a session's end holds whole seeds, and within a
-        seed the first method's ERM and lambda rows at every sigma before any competitor.
-        A tuning preset's (`arms`) are its draws instead (sweeps/tuning.py)."""
+        """Every trial's grid point (a method in `method_lam` runs its own non-zero lambdas),
+        or a tuning preset's draws. Ordered seed first, then method: Tune starts trials in
+        this order, so a grid cut off by a session's end holds whole seeds, and within a seed
+        the first method's rows at every data point before any competitor's."""
         if values.get("arms"):
             from sweeps.tuning import search_points
 
@@ -233,8 +195,7 @@ class GridSpec:
         return sorted(out, key=lambda p: (seed_rank[p["seed"]], method_rank[p["method"]]))
 
     def validate(self, values: dict, points: list[dict] | None = None) -> list[dict]:
-        """Every trial's method config, built and checked before Ray starts; the points (the
-        grid of `values` unless given)."""
+        """The points (the grid of `values` unless given), every one's config checked."""
         from unbiased.methods import method_config
 
         self.check_keys(values)
@@ -267,19 +228,16 @@ class GridSpec:
 
 
 def benchmark_grid(name: str, **overrides) -> GridSpec:
-    """The grid `python -m sweeps NAME` runs: the registered benchmark's, with a driver's
-    `overrides` (GridSpec's fields)."""
+    """The grid `python -m sweeps NAME` runs, with a driver's `overrides` (GridSpec's fields)."""
     from unbiased.benchmarks import benchmark_spec
 
     return GridSpec(benchmark_spec(name), **overrides)
 
 
 def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
-    """The trials of `points` under `--bundle size`: mi_backprop points with inner z
-    "batch" that agree on every setting but lam, lr, mi_lr, mine_lr (unbiased/methods/
-    bundle.py), the seed and the data axes go into bundles of up to `size` ({"members":
-    [point, ...]}, in grid order); every other point is a trial of its own. Trials keep the
-    grid's order (by their first point)."""
+    """The trials of `points` under `--bundle size`: mi_backprop points with inner z "batch"
+    that agree on every setting but the per-member ones (unbiased/methods/bundle.py) share
+    bundles of up to `size`; the rest run alone. Trials keep grid order (by first point)."""
     if size <= 1:
         return points
     from unbiased.methods import config_keys, method_config
@@ -320,16 +278,13 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
 
 def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None,
                after: Callable[[SweepArgs, pd.DataFrame], list[Path]] | None = None) -> int:
-    """Run the trials of `points` (the grid of args' values unless given) that no record
-    holds finished and write the results of them all; `after(args, df)` writes more outputs
-    (their paths) before the tracker logs them. Returns the driver's exit status."""
+    """Run the trials of `points` (args' grid unless given) not yet finished and write the
+    results of all; `after(args, df)` writes more outputs before the trackers log them."""
     try:
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
         fixed = spec.fixed_values(args.values)
         records = RecordStore.at(storage_dir(args), spec.experiment)
-        # Trials an earlier launch finished (--resume) or a CSV holds (--done):
-        # sweeps/finished_trials.py.
         todo, done_line, taken = take_done(spec, args, records, points)
         if args.values.get("warm_start"):
             todo = warm_sources(spec, args, todo, points)
@@ -374,18 +329,17 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
 
 def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
           tail: str = "") -> dict[str, object]:
-    """The start every sweep shares once it knows its trials (the grids, the lambda search,
-    a re-run), all before Ray: the GPU and storage checks (`running`: trials will run), OUT
-    checked, the data loaded once and described (facts for experiment.json, lines printed),
-    the trackers started, and the start line: `trials` says what runs, `tail` ends it.
-    Returns the loaded objects the trials get. Raises SweepError."""
+    """The start every sweep shares, before Ray: checks (GPU and storage when `running`),
+    the data loaded once, the trackers started and the start line (`trials`, then `tail`).
+    Returns the loaded objects the trials get."""
     defer_stop_signals()
     if running:
         check_local_gpu(args)
         check_storage_reachable(args)
     check_out_dir(args, spec.experiment)
     loaded, data = spec.load(args)
-    facts, lines = spec.describe(args, loaded)
+    facts, lines = (({}, []) if spec.bench.describe is None
+                    else spec.bench.describe(args.values, loaded))
     args.extra.update(facts)
     trackers.start(args, spec.experiment)
     print(f"{spec.experiment}: preset {args.preset}, {trials} ({data}), {args['epochs']} "
@@ -396,7 +350,6 @@ def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
 
 
 def start_ray(args: SweepArgs) -> dict[str, float]:
-    """Ray joined or started, and a trial's resources checked against its nodes."""
     init_ray(args.address)
     resources = {"cpu": float(args["cpus_per_trial"]), "gpu": float(args["gpus_per_trial"])}
     check_resources(args.address, resources["cpu"], resources["gpu"])
@@ -406,14 +359,12 @@ def start_ray(args: SweepArgs) -> dict[str, float]:
 def finish(spec: GridSpec, args: SweepArgs, df: pd.DataFrame, loaded: dict[str, object],
            after: Callable[[SweepArgs, pd.DataFrame], list[Path]] | None = None,
            closing: Callable[[pd.DataFrame], str] | None = None) -> int:
-    """The end every sweep shares: the benchmark's baseline rows added, the outputs written
-    (and `after`'s), copied to storage and logged by the trackers; then `closing(df)` (by
-    default the summary of each trial's reported row), the paths written and the trackers'
-    hints printed. Returns the exit status: 1 where a trial failed."""
+    """The end every sweep shares: outputs written, copied and logged, then `closing(df)`
+    (default: each trial's reported row) and the paths printed; 1 where a trial failed."""
     try:
-        extra = spec.extra_rows(args, loaded, df)
-        if extra is not None:
-            df = pd.concat([df, extra], ignore_index=True)
+        if spec.bench.extra_rows is not None:  # non-neural baselines (German's SVM)
+            df = pd.concat([df, spec.bench.extra_rows(args.values, loaded, df)],
+                           ignore_index=True)
         written = write_outputs(args, spec.experiment, df)
         if after is not None:
             written += after(args, df)
@@ -421,7 +372,7 @@ def finish(spec: GridSpec, args: SweepArgs, df: pd.DataFrame, loaded: dict[str, 
         trackers.finish(args, df, written)
     except SweepError as exc:
         fail(str(exc))
-    print(closing(df) if closing is not None else summary(df, spec.summary_columns()))
+    print(closing(df) if closing is not None else summary(df, spec))
     for path in written:
         print(f"wrote {path}")
     if kept is not None:
@@ -439,15 +390,12 @@ def trial_errors(grid) -> dict[str, object]:
     for result in grid:
         point = (result.config or {}).get(POINT_KEY) or {}
         if result.error is not None:
-            for member in point.get(MEMBERS_KEY, [point]):
-                errors[trial_key([member])] = result.error
+            errors |= {trial_key([m]): result.error for m in point.get(MEMBERS_KEY, [point])}
     return errors
 
 
 def trial_rows(records: RecordStore, fixed: dict, points: list[dict], errors: dict[str, object]
                ) -> list[tuple[pd.DataFrame, dict, str, object]]:
-    """Every point's (rows, flat config, key, error) from the records, for results_frame: a
-    point that never reported has one row of epoch 0."""
     held = point_records(records, fixed, points)
     out = []
     for point in points:
@@ -465,8 +413,8 @@ def trial_rows(records: RecordStore, fixed: dict, points: list[dict], errors: di
 
 
 def warm_parts(trials: list[dict]) -> list[list[dict]]:
-    """The trials in the launches they run in: with warm starts, the baselines some trial
-    starts from first (a warm start reads its baseline's finished record), then the rest."""
+    """The launches: first the baselines a warm start reads the finished record of, then
+    the rest."""
     sources = {p[WARM_FROM] for p in trials if WARM_FROM in p}
     first = [t for t in trials if trial_key([t]) in sources]
     rest = [t for t in trials if all(t is not f for f in first)]
@@ -474,15 +422,14 @@ def warm_parts(trials: list[dict]) -> list[list[dict]]:
 
 
 def baseline_key(spec: GridSpec, point: dict) -> tuple:
-    """What a lam > 0 point shares with the lam = 0 trial it warm-starts from: its data
-    point and seed."""
+    """What a lam > 0 point shares with the lam = 0 trial it warm-starts from."""
     return (*(point.get(axis) for axis in spec.data_axes), point["seed"])
 
 
 def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict],
                  grid: list[dict] | None = None) -> list[dict]:
-    """--warm-start: each lam > 0 point of `points` with the key of its lam = 0 trial
-    (`WARM_FROM`), which then must be in the `grid` (`points` unless given)."""
+    """--warm-start: each lam > 0 point with the key of its lam = 0 trial (`WARM_FROM`),
+    which must be in `grid` (`points` unless given)."""
     if args.bundle > 1:
         raise SweepError("--warm-start runs each trial on its own: drop --bundle")
     baselines = {baseline_key(spec, p): trial_key([p]) for p in (grid or points)
@@ -492,7 +439,9 @@ def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict],
         if point["lam"] > 0:
             source = baselines.get(baseline_key(spec, point))
             if source is None:
-                raise SweepError(f"--warm-start: the trial {_describe(spec, point)} starts "
+                said = ", ".join(f"{k} {point[k]}" for k in ("method", *spec.data_axes, "lam",
+                                                             "seed") if point.get(k) is not None)
+                raise SweepError(f"--warm-start: the trial {said} starts "
                                  f"from the lam = 0 trial of its point and seed, which this "
                                  f"sweep does not run: add 0 to --lam")
             point = {**point, WARM_FROM: source}
@@ -500,15 +449,11 @@ def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict],
     return out
 
 
-def _describe(spec: GridSpec, point: dict) -> str:
-    return ", ".join(f"{k} {point[k]}" for k in ("method", *spec.data_axes, "lam", "seed")
-                     if point.get(k) is not None)
 
 
 def check_local_gpu(args: SweepArgs) -> None:
-    """A local sweep (no --address) that asks for a GPU on a machine torch sees none on would
-    wait forever for Ray to place its trials (--gpus-per-trial) or fail every trial
-    (--device cuda): one line before Ray starts instead. A cluster's GPUs are its workers'."""
+    """A local sweep asking for a GPU torch cannot see would wait forever for Ray to place
+    its trials or fail every one: one line before Ray starts instead."""
     device = str(args.values.get("device", "auto"))
     gpus = float(args.values.get("gpus_per_trial", 0) or 0)
     if args.address or not (device.startswith("cuda") or gpus > 0):
@@ -537,11 +482,9 @@ def nothing_to_resume(out: Path, records: RecordStore) -> str:
 
 def take_done(spec: GridSpec, args: SweepArgs, records: RecordStore, points: list[dict]
               ) -> tuple[list[dict], list[str], list[tuple[dict, pd.DataFrame]]]:
-    """The points to run: those no record holds finished (on --resume) and no `--done CSV`
-    holds whole; lines saying so; the points the CSV holds whole, with their rows (read
-    once). With --warm-start the points returned keep every lam = 0 trial a point to run
-    starts from: its checkpoint is read from its record, and rows taken from a CSV carry
-    none. Reads only: the CSV's rows become records at the launch (`import_done`)."""
+    """The points neither a finished record (--resume) nor `--done CSV` holds, lines saying
+    so, and the CSV's whole points with their rows. With --warm-start a lam = 0 trial a point
+    to run starts from runs again if its record has no checkpoint (CSV rows carry none)."""
     fixed = spec.fixed_values(args.values)
     if args.resume and not records.exist():
         check_out_dir(args, spec.experiment)  # another experiment's results: that, first
@@ -556,8 +499,7 @@ def take_done(spec: GridSpec, args: SweepArgs, records: RecordStore, points: lis
     if args.done is not None:
         _, whole = split_done(args.done, read_done(args.done, spec.param_keys()), points,
                               fixed)
-        from_csv = {trial_key([p]) for p, _ in whole} - done
-        done |= from_csv
+        done |= {trial_key([p]) for p, _ in whole}
         lines.append(f"{len(whole)} of {len(points)} trials finished in {args.done}: not run "
                      f"again, their rows join the results")
     todo = [p for p in points if trial_key([p]) not in done]
@@ -582,8 +524,7 @@ def _has_checkpoint(records: RecordStore, held: dict, point: dict) -> bool:
 
 def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
             notes: Sequence[str] = ()) -> None:
-    """What the sweep would run: one line per grid point (with --bundle, the Tune trial it
-    trains in), then the settings every trial shares."""
+    """One line per grid point (and the bundle it trains in), then the shared settings."""
     from unbiased.trial import MEMBERS_KEY
 
     points = [(i, p) for i, trial in enumerate(trials)
@@ -607,10 +548,11 @@ def dry_run(spec: GridSpec, args: SweepArgs, trials: list[dict],
     print("shared: " + ", ".join(f"{k}={fixed[k]}" for k in sorted(fixed)))
 
 
-def summary(df: pd.DataFrame, columns: tuple[str, ...]) -> str:
+def summary(df: pd.DataFrame, spec: GridSpec) -> str:
     """Each trial's reported row (its selected epoch), sorted by its grid point."""
     rows = df[df["selected"]] if "selected" in df.columns else df
-    cols = [c for c in columns if c in rows.columns]
+    cols = [c for c in ("method", *spec.data_axes, "lam", "K", "seed", "epoch",
+                        *spec.bench.summary, "mi", "mi_eval", "status") if c in rows.columns]
     from analysis.specs import DATA_AXES
 
     keys = list(dict.fromkeys(c for c in ("method", *DATA_AXES, "lam", "K", "seed")

@@ -4,11 +4,8 @@
     python sweeps/digits_grid.py --method mi_backprop,grad_reversal,confusion,hsic
     python sweeps/digits_grid.py --preset paper --root data --address auto
 
-`python -m sweeps digits` under the name users have typed since the first release (docs/
-CLUSTER.md's `ray job submit` and Slurm commands among them). Its presets, flags, data and
-build: unbiased/benchmarks/digits/spec.py; the ablations are presets of it (k_ablation_cpu, ...).
-Writes OUT/results.parquet (one row per trial and epoch), OUT/table.md, OUT/table.parquet and
-OUT/figures/*.png.
+`python -m sweeps digits` under the name docs/CLUSTER.md's commands use; its presets, flags
+and data: unbiased/benchmarks/digits/spec.py.
 """
 
 from __future__ import annotations
@@ -17,11 +14,7 @@ import sys
 from pathlib import Path
 
 # Run by path, this file imports the package of its own checkout, not the copy the Python's
-# environment installed: another worktree's .venv, or an Apptainer image's copy with this
-# checkout bound in (docs/CLUSTER.md, "Slurm"), would otherwise run that copy's code (a local
-# Ray's trials put the driver's working directory, the checkout, first too). The other drivers
-# are `python -m sweeps NAME`, which imports from the working directory. (A `ray job submit
-# --working-dir .` entrypoint needs none of this: Ray puts the upload first on PYTHONPATH.)
+# environment installed (another worktree's .venv, or an Apptainer image's copy).
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -2,19 +2,15 @@
 batch script how far the sweep got.
 
 Why a driver joined to a Ray it did not start could outlive its work (slurm/sweep.sbatch):
-- A plain `scancel` signals every process of the job at once: Ray's GCS dies with the
-  driver's SIGTERM. Tune then saves its state, but its cleanup (removing the trials'
-  placement groups) and `ray.shutdown()` wait on the lost GCS: Ray's client retries it for
-  `gcs_rpc_server_reconnect_timeout_s` (60 s) while its log thread spins a core, longer than
-  Slurm's KillWait (30 s). `StopWatch` ends the driver once the GCS is gone, after a stop
-  signal, with the line on how to continue.
-- Whatever else holds the interpreter after the outputs are written (threads, exit hooks,
-  Ray's native teardown, where a Python thread cannot run any more): `end_driver` leaves Ray
-  (EXIT_GRACE_S at most) and ends the process itself.
+- A plain `scancel` signals every process of the job at once, so Ray's GCS dies with the
+  driver's SIGTERM, and Tune's cleanup and `ray.shutdown()` retry the lost GCS for 60 s
+  (`gcs_rpc_server_reconnect_timeout_s`), longer than Slurm's KillWait (30 s): `StopWatch`.
+- Threads, exit hooks or Ray's native teardown can hold the interpreter after the outputs
+  are written: `end_driver`.
 
-`SWEEP_PROGRESS_FILE` (set by the batch script): where the driver writes, on every result,
-how many of the sweep's trials are done and how many epochs this run trained, so that the
-script never requeues a finished sweep and stops requeueing one that makes no progress.
+`SWEEP_PROGRESS_FILE` (set by the batch script) gets, on every result, the trials done and
+the epochs this run trained, so the script never requeues a finished sweep and stops
+requeueing one that makes no progress.
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ GCS_GONE_S = 2.0  # the GCS unreachable this long after a stop: Ray cannot clean
 
 
 def gcs_address() -> str | None:
-    """HOST:PORT of the GCS this driver is connected to, None when not connected."""
+    """HOST:PORT of the GCS this driver is connected to, if any."""
     import ray
 
     if not ray.is_initialized():
@@ -73,11 +69,10 @@ def _end(status: int, line: str) -> None:
 
 
 def end_driver(main: Callable[[], int | None]) -> NoReturn:
-    """A driver script's end: `main()`'s status (or its SystemExit's). A driver that started or
-    joined Ray leaves it (ray.shutdown, EXIT_GRACE_S at most) and ends the process at once,
-    without the interpreter's own end: after the outputs are written nothing is left to do
-    there, and that end could wait on threads and on Ray's native teardown (a job seen RUNNING
-    240 s after its last line, until Slurm's TERM)."""
+    """A driver script's end with `main()`'s status: one that started or joined Ray leaves it
+    (EXIT_GRACE_S at most) and ends the process without the interpreter's own end, which
+    could wait on threads and Ray's native teardown (a job seen RUNNING 240 s after its last
+    line, until Slurm's TERM)."""
     try:
         status = main()
     except SystemExit as exc:
@@ -103,16 +98,13 @@ def end_driver(main: Callable[[], int | None]) -> NoReturn:
 
 
 class StopWatch:
-    """From a stop signal on (SIGTERM, SIGINT), end the driver with 128 + the signal and
-    `message(signum)` once Ray's GCS has been unreachable for GCS_GONE_S, or STOP_GRACE_S
-    after the signal in any case: Tune saves its state as soon as it hears of the signal, so
-    both leave a sweep to resume.
+    """After a stop signal, end the driver (128 + the signal, `message(signum)`) once Ray's
+    GCS has been unreachable for GCS_GONE_S, or STOP_GRACE_S after the signal: Tune saved its
+    state on hearing the signal, so the sweep can resume.
 
-    It hears of the signal through Python's wakeup fd, not a Python handler: a handler runs
-    only once the main thread is back in Python, and a main thread blocked in a call to a Ray
-    whose GCS died with the job never is (seen under `scancel`: no line, SIGKILL at KillWait).
-    Armed on creation; `release()` gives the wakeup fd back (a countdown that started goes on);
-    `disarm()` also stops the countdown."""
+    It hears the signal through Python's wakeup fd: a Python handler runs only once the main
+    thread is back in Python, and one blocked in a call to a dead GCS never is (seen under
+    `scancel`). `release()` gives the wakeup fd back; `disarm()` also stops the countdown."""
 
     def __init__(self, address: str | None, message: Callable[[int], str],
                  signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
@@ -134,8 +126,8 @@ class StopWatch:
         self.release()
 
     def _hear(self) -> None:
-        """Read the wakeup fd until it is released (never closed earlier: Python would
-        complain at every later signal); the first stop signal starts the countdown."""
+        """Read the wakeup fd until it is released (closed earlier, Python would complain at
+        every later signal)."""
         with self._reader:
             while True:
                 try:
@@ -175,10 +167,8 @@ _NEW_EPOCHS = [0]  # epochs trained by this driver (restored ones, told again, n
 
 
 def write_progress(experiment: str, trials: int, finished: int, new_epochs: int = 0) -> None:
-    """SWEEP_PROGRESS_FILE (when set): the trials of this driver's experiments (a lambda search
-    runs several), how many have finished (earlier runs' too), and how many epochs this run
-    trained, as JSON, written whole. Written on every result, so a driver stopped anywhere
-    has said how far it got."""
+    """SWEEP_PROGRESS_FILE (when set), written whole on every result: the trials of this
+    driver's experiments, how many have finished and how many epochs this run trained."""
     _NEW_EPOCHS[0] += new_epochs
     path = os.environ.get(PROGRESS_ENV)
     if not path:

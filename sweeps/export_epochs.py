@@ -1,15 +1,10 @@
 """Every finished epoch of a sweep as one CSV: what `--done` reads (sweeps/finished_trials.py)
 to continue the grid on another machine, and what bench/results/ keeps of each sweep.
 
-Reads OUT/results.parquet when the sweep has finished, else the trials' records under OUT/tune
-(trainables/record.py: a sweep stopped mid-way, to be continued with --resume, with the rows
-a `--done` run took over), else the per-epoch results Tune kept under OUT/tune for a sweep
-run before records: no finished epoch is left out either way.
-
-An existing DEST is merged, not overwritten: a trial of DEST this run does not hold (a run of
-part of the grid, `--method`, `--seeds`), or holds fewer epochs of, keeps its rows from DEST,
-so exporting back into the CSV a run continued never loses a finished epoch. `--replace`
-writes this run's rows alone.
+Reads OUT/results.parquet, else the trials' records under OUT/tune (a sweep stopped mid-way),
+else Tune's per-epoch results (a sweep run before records). An existing DEST is merged: a
+trial this run lacks or holds fewer epochs of keeps DEST's rows, so exporting back into the
+CSV a run continued never loses a finished epoch.
 
     python -m sweeps export OUT bench/results/NAME/epochs.csv
     python -m sweeps export OUT CSV                   # the same
@@ -27,11 +22,9 @@ import pandas as pd
 
 from analysis.specs import DATA_AXES
 
-# One trial: its method, K (0 for methods without one, as in results.parquet), lam, seed, and
-# its data point: the values of the axes below that its rows hold.
+# One trial's keys (K: 0 for methods without one), with its data point's axes.
 POINT_KEYS = ["method", "K", "lam", "seed"]
-# Grid axes some sweeps add (digits' critic_ablation_* presets; a tuning preset's arm and
-# draw): part of a trial's key where present.
+# Axes some sweeps add (digits' critic ablation; a tuning preset's): part of a trial's key.
 AXIS_KEYS = ["mine_standardize", "mi_guard", "arm", "draw"]
 # The CSV's leading columns, as every export so far wrote them (digits' sigma among them).
 TRIAL_KEYS = ["method", "K", "sigma", "lam", "seed"]
@@ -43,9 +36,8 @@ COLUMNS = [*TRIAL_KEYS, "epoch", "train_acc", "test_acc", "mi", "penalty",
 
 
 def trial_keys(df: pd.DataFrame) -> list[str]:
-    """The columns that tell one trial of DF from another, in the CSV's sort order: method, K,
-    the data axes, lam, seed, the ablations' axes; an axis only where every row of DF holds a
-    value of it (digits' sigma is empty in Biased MNIST's rows)."""
+    """The columns that tell one trial of DF from another, in the CSV's sort order; an axis
+    only where every row holds a value of it (digits' sigma is empty in Biased MNIST's)."""
     def has(k: str) -> bool:
         return k in df.columns and bool(df[k].notna().all())
 
@@ -54,7 +46,6 @@ def trial_keys(df: pd.DataFrame) -> list[str]:
 
 
 def from_records(out: Path) -> pd.DataFrame:
-    """Every grid point's rows in the records under OUT/tune, with its config."""
     from pyarrow import fs
 
     from sweeps.finished_trials import trial_points
@@ -113,8 +104,7 @@ def _key_value(key: str, value: object) -> object:
 
 
 def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, int]:
-    """`new`, plus each trial of `old` that `new` lacks or holds fewer epochs of (that
-    trial's rows from `old` replace new's); and how many trials came from `old`."""
+    """`new`, with each trial that `old` holds more epochs of taken from `old`; and how many."""
     if old.empty or not set(keys) <= set(old.columns):
         return new, 0
     if "K" in old.columns:
@@ -132,9 +122,8 @@ def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.Da
 
 
 def wanted_columns() -> list[str]:
-    """COLUMNS first (what earlier exports hold), then every other column results.parquet
-    keeps, so that a trial `--done` takes over loses none of them (selected, experiment and
-    benchmark: the run that reads them back sets its own)."""
+    """COLUMNS, then every other column results.parquet keeps, so a trial `--done` takes over
+    loses none (but those the run reading them back sets itself)."""
     from sweeps.results_frame import CONTRACT_COLUMNS, KEPT_COLUMNS
 
     return [*COLUMNS, *(c for c in (*CONTRACT_COLUMNS, *KEPT_COLUMNS) if c not in COLUMNS
@@ -142,8 +131,7 @@ def wanted_columns() -> list[str]:
 
 
 def export_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows of results.parquet (or of a piece, sweeps/piece.py) as the CSV holds them: the
-    last report of each epoch, the CSV's columns, sorted by trial and epoch."""
+    """Rows as the CSV holds them: the last report of each epoch, sorted by trial and epoch."""
     keys = trial_keys(df)
     # A trial restarted from a checkpoint reports its re-run epoch again: keep the last.
     df = df.drop_duplicates([*keys, "epoch"], keep="last")
@@ -152,8 +140,7 @@ def export_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_source(out: Path) -> pd.DataFrame:
-    """A sweep's rows: OUT/results.parquet, else its records, else Tune's per-trial results
-    under OUT; or a CSV of rows in this format (a piece's OUT/epochs.csv)."""
+    """A sweep's rows, or a CSV of rows in this format (a piece's OUT/epochs.csv)."""
     if out.suffix == ".csv" and out.is_file():
         return read_rows_csv(out)
     parquet = out / "results.parquet"
@@ -172,8 +159,6 @@ class RowsError(ValueError):
 
 
 def read_rows_csv(path: Path) -> pd.DataFrame:
-    """A CSV of a sweep's epochs, checked for the columns export needs (an empty file: no
-    rows)."""
     if path.stat().st_size == 0:
         return pd.DataFrame()
     try:

@@ -1,13 +1,9 @@
 """`--fetch-data`: a sweep's data fetched (or checked) on a machine with network, such as a
-cluster's login node, for sweeps on nodes without it; and the line a sweep ends on where its
-data is missing and cannot be downloaded, naming that command.
+cluster's login node, for sweeps on nodes without it; and the line a sweep whose data is
+missing ends on, naming that command (the sweep's own driver, preset and --root).
 
     python -m sweeps digits --preset paper --fetch-data --root DATA    # on the login node
     sbatch ... slurm/sweep.sbatch sweeps/digits_grid.py --preset paper --root DATA
-
-Every benchmark says what its data is through its spec's `fetch` (unbiased/benchmarks/spec.py);
-this module names none. The command (sweeps/cli.py: `fetch_command`) is the sweep's own
-driver, preset and --root, so the fetch reads exactly the settings the sweep does.
 """
 
 from __future__ import annotations
@@ -16,9 +12,7 @@ import sys
 
 
 def run_fetch(benchmark: str, preset: str, values: dict, command: str) -> int:
-    """Fetch (or check) what a sweep of `values` reads, printing what is there; the exit
-    status: 0, or 2 after one `error:` line (data the program cannot download, or no network
-    here). Starts no Ray and writes no OUT."""
+    """Fetch (or check) what a sweep of `values` reads; exit status 0, or 2 after one line."""
     from unbiased.benchmarks import benchmark_spec
     from unbiased.data import DataError
 
@@ -39,9 +33,7 @@ def run_fetch(benchmark: str, preset: str, values: dict, command: str) -> int:
 
 
 def missing_data(exc: Exception, command: str, root: object) -> str:
-    """A DataError's line for the user: where the data is missing and could not be
-    downloaded here (unbiased.data.DataMissing), with the command that fetches it on a
-    machine with network; any other DataError as it is."""
+    """A DataError's line, with the command that fetches missing data where there is network."""
     from unbiased.data import DataMissing
 
     if not isinstance(exc, DataMissing):
@@ -55,8 +47,7 @@ def missing_data(exc: Exception, command: str, root: object) -> str:
 
 
 def sweep_missing_data(exc: Exception, args) -> str:
-    """`missing_data` for a sweep's SweepArgs (sweeps/cli.py): its fetch command, or, for
-    SweepArgs made without one (a re-run), the benchmark's with the sweep's preset."""
+    """`missing_data` with a sweep's fetch command (a re-run's has none: the benchmark's)."""
     from shlex import quote
 
     root = args.values.get("root")

@@ -1,24 +1,12 @@
 """Which grid points of a sweep are done, and every trial's rows: the trials' records.
 
-Every trial writes its record under the sweep's storage (trainables/record.py: its rows and
-its last checkpoint). Every launch reads them: a grid point whose trial reported its last
-epoch (or stopped itself, or was stopped early by the scheduler) is done and not run again;
-a trial that started and did not finish continues from its own last checkpoint; the rest
-start. `--resume` is a launch that keeps the records of the earlier ones in OUT; a launch
-without it starts a new sweep and clears them.
-
-RecordStore live where the sweep's storage is, and a machine's disk goes with the machine. What
-survives is the CSV of every finished epoch `python -m sweeps export` writes, which the team
-commits under bench/results/. With `--done FILE`, before the launch every grid point whose
-epochs 1..E are all in FILE becomes a record of its own (without a checkpoint): it is not
-run again and its rows join the results as those of a trial run here. A trial FILE holds
-only part of is run again from its first epoch.
-
-A row of FILE belongs to a grid point when method, the data axes, lam, K and seed match. A
-FILE that records each trial's config (the `config` column export writes), and every record,
-must also agree with the sweep on every shared setting that changes the numbers, or the run
-is refused before Ray starts. A `--tracker` logs the trials a launch trains, not the ones it
-took over (they were logged, if at all, where they ran).
+A launch reads the records: a point whose trial ended is not run again, one that started
+continues from its last checkpoint. Records go with their machine's disk; what survives is
+the CSV `python -m sweeps export` writes. With `--done FILE` every point whose epochs 1..E
+are all in FILE becomes a record of its own (without a checkpoint) before the launch. A row
+of FILE belongs to a point when method, the data axes, lam, K and seed match; FILE's recorded
+configs, and every record, must agree with the sweep on every shared setting that changes
+the numbers, or the run is refused before Ray starts.
 """
 
 from __future__ import annotations
@@ -41,7 +29,6 @@ _NOT_COMPARED = frozenset({"root", "device", "num_threads", "cpus_per_trial",
 
 
 def read_done(path: Path, keys: tuple[str, ...]) -> pd.DataFrame:
-    """FILE's rows; SweepError (one line) when it cannot be read or lacks a key column."""
     try:
         rows = pd.read_csv(path)
     except (OSError, ValueError) as exc:
@@ -107,7 +94,7 @@ def _check_config(where: str, point: dict, config: dict | None, fixed: dict) -> 
 
 def split_done(path: Path, rows: pd.DataFrame, points: list[dict], fixed: dict
                ) -> tuple[list[dict], list[tuple[dict, pd.DataFrame]]]:
-    """(points still to run, [(point, its rows)] for the points FILE finished)."""
+    """(points still to run, [(point, its rows)] of the points FILE holds whole)."""
     epochs = int(fixed["epochs"])
     todo: list[dict] = []
     done: list[tuple[dict, pd.DataFrame]] = []
@@ -124,9 +111,8 @@ def split_done(path: Path, rows: pd.DataFrame, points: list[dict], fixed: dict
 
 
 def _selection_note(own: pd.DataFrame) -> str:
-    """The trial's stopping-rule note as its recorded status holds it ("ok; <warnings>"):
-    results.parquet keeps no note column, and without it a trial taken over would lose the
-    warning its own run gave. The critic's warning is left out: it is recomputed from mi."""
+    """The trial's stopping-rule note from its recorded status ("ok; <warnings>"):
+    results.parquet keeps no note column. The critic's warning is recomputed from mi."""
     if "status" not in own.columns:
         return ""
     status = str(own["status"].iloc[-1])
@@ -138,8 +124,7 @@ def _selection_note(own: pd.DataFrame) -> str:
 
 def import_done(records: RecordStore, path: Path, done: list[tuple[dict, pd.DataFrame]],
                 fixed: dict) -> int:
-    """Every point FILE holds whole (`split_done`'s `done`) that has no ended record, made a
-    record of its own (its rows, no checkpoint); returns how many there were."""
+    """Every point FILE holds whole without an ended record made a record of its own."""
     for point, own in done:
         key = trial_key([point])
         record = records.read(key)
@@ -153,7 +138,7 @@ def import_done(records: RecordStore, path: Path, done: list[tuple[dict, pd.Data
         note = _selection_note(own)
         if note and "selection_note" not in metrics.columns:
             metrics = metrics.assign(selection_note=note)
-        rows = [{k: v for k, v in row.items() if not _missing(v)}
+        rows = [{k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
                 for row in metrics.to_dict("records")]
         records.start(key, {**config, **flat_point(point)})
         records.write(key, rows, None)
@@ -161,16 +146,12 @@ def import_done(records: RecordStore, path: Path, done: list[tuple[dict, pd.Data
     return len(done)
 
 
-def _missing(value: object) -> bool:
-    return isinstance(value, float) and math.isnan(value)
 
 
 def point_records(records: RecordStore, fixed: dict, points: list[dict] | None = None
                   ) -> dict[str, tuple[pd.DataFrame, dict, str, bool]]:
-    """Every grid point's rows in the records, by its key: (rows, flat config, the key of
-    the trial it ran in, whether that trial finished); a bundle's members each under their
-    own key. Only `points` (every point a record holds when None). A record made with other
-    settings than this sweep's is refused (SweepError)."""
+    """Each grid point's (rows, flat config, its trial's key, whether that ended) by its key,
+    of `points` (every point when None); a record of other settings is refused."""
     wanted = None if points is None else {trial_key([p]): p for p in points}
     out: dict[str, tuple[pd.DataFrame, dict, str, bool]] = {}
     for record in records.read_all().values():
@@ -190,8 +171,7 @@ def point_records(records: RecordStore, fixed: dict, points: list[dict] | None =
 def trial_points(rows: pd.DataFrame, config: dict, key: str
                  ) -> list[tuple[str, dict, pd.DataFrame]]:
     """A trial's rows as (key, flat config, rows) per grid point: itself, or each member of
-    a bundle (unbiased/trial.py: its columns under "m<i>/", the epochs it reported; a
-    member that diverged stops reporting)."""
+    a bundle (its columns under "m<i>/")."""
     from unbiased.trial import MEMBERS_KEY, member_key
 
     members = config.get(MEMBERS_KEY)

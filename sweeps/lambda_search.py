@@ -3,13 +3,10 @@
     python -m sweeps lambda_search                    # quick preset: 6 trials, embedded data, CPU
     python -m sweeps lambda_search --preset paper --root data --address auto
 
-One multi-objective Optuna study (Tune's OptunaSearch, TPE) per (method, sigma, seed): minimise
-`mi_eval` (MI of the final features, measured by a fresh statistics network) and maximise
-`train_acc`. Neither reads test labels or needs an unbiased validation set. lambda is sampled
-log-uniformly in --lam-range (so lambda = 0 is never proposed) and K from the --K choices.
-Writes OUT/results.parquet, tables and figures like the grid drivers (default OUT is
-results/lambda_search_<preset>), plus OUT/pareto.parquet and OUT/pareto.md: each study's
-Pareto front with the trial the lowest-MI rule picks on it.
+One multi-objective TPE study per (method, sigma, seed): minimise `mi_eval` (a fresh critic's
+MI of the final features) and maximise `train_acc`, neither reading test labels. Writes what
+the grid drivers write, plus OUT/pareto.parquet and OUT/pareto.md: each study's Pareto front
+with the trial the lowest-MI rule picks on it.
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ MODES = ["min", "max"]
 
 
 def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backprop") -> dict:
-    """One study's space: lambda log-uniform, K a choice (for methods that have K), under the
-    trial's point (its record's key: a resumed study's trials find their records)."""
+    """One study's space, under the trial's point (so a resumed study finds its records)."""
     from ray import tune
 
     from sweeps.core import has_key
@@ -72,11 +68,9 @@ def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backpr
 
 def make_searcher(samples: int, seed: int, space: dict | None = None,
                   records: RecordStore | None = None):
-    """Multi-objective TPE. The first third of the trials are random (TPE's start-up) and at
-    most that many run at once, so later proposals can use the finished ones. With the
-    study's `records` (a resumed study): the finished trials are the study's first, with
-    their objectives, and the unfinished ones are proposed again (each continues from its
-    record); returns the searcher and how many trials are finished."""
+    """Multi-objective TPE: the first third of the trials random, and at most that many at
+    once, so later proposals use the finished ones. A resumed study's finished `records`
+    come first, the unfinished are proposed again; returns the searcher and how many ended."""
     import optuna
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
@@ -196,7 +190,6 @@ def _pareto_front(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _write_front(args: SweepArgs, df: pd.DataFrame) -> list[Path]:
-    """OUT/pareto.parquet and OUT/pareto.md: each study's front and its pick."""
     from analysis.pareto import write_front
 
     front, finals = _pareto_front(df)

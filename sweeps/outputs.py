@@ -1,6 +1,4 @@
-"""A sweep's OUT directory: refused when it holds another sweep, the trials' records' place in
-it (OUT/tune), and what a finished sweep writes there (results.parquet, experiment.json, the
-analysis)."""
+"""A sweep's OUT directory: its checks, and what a finished sweep writes there."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ EXPERIMENT_FILE = "experiment.json"
 
 
 def check_out_dir(args: SweepArgs, experiment: str) -> None:
-    """Refuse to mix experiments in one results directory, and fail early if it is not
-    writable, before anything is written into it."""
+    """Refuse to mix experiments in one OUT, and fail before writing if it is not writable."""
     out = args.out
     marker = out / EXPERIMENT_FILE
     if out.exists() and not out.is_dir():
@@ -44,10 +41,8 @@ def check_out_dir(args: SweepArgs, experiment: str) -> None:
         raise SweepError(f"--out {out} is not writable: {exc.strerror or exc}") from None
 
 
-# A storage check answers within this: pyarrow's clients retry an endpoint that never answers
-# for minutes (GCS without credentials printed nothing for over 150 s), and an S3 client left
-# waiting keeps the interpreter from exiting. So the check runs in a process of its own,
-# killed at the limit.
+# The storage check runs in a process of its own, killed at this limit: pyarrow retries an
+# endpoint that never answers for minutes (GCS without credentials: over 150 s).
 STORAGE_CHECK_S = 10.0
 
 # The child's answer, one line: "ok", "missing ROOT" or "error REASON". os._exit after it: an
@@ -70,9 +65,8 @@ os._exit(0)
 
 
 def check_storage_reachable(args: SweepArgs, limit_s: float = STORAGE_CHECK_S) -> None:
-    """A --storage-path URI's bucket (or root) exists and this machine can read it within
-    `limit_s`: else a SweepError naming the storage, before Ray starts (pyarrow answers with
-    the cause: no bucket, no credentials, no connection)."""
+    """A --storage-path URI's bucket (or root) exists and this machine reads it within
+    `limit_s`, else a SweepError with pyarrow's cause, before Ray starts."""
     uri = args.storage_path
     if not uri or "://" not in uri:
         return
@@ -97,9 +91,8 @@ def check_storage_reachable(args: SweepArgs, limit_s: float = STORAGE_CHECK_S) -
 
 
 def copy_outputs_to_storage(args: SweepArgs, written: list[Path]) -> str | None:
-    """The sweep's outputs (results.parquet, tables, figures, experiment.json) also under
-    STORAGE/<name of OUT>/outputs/ when a --storage-path is given, so they outlive the
-    machine that wrote them (a cluster's head goes with `ray down`). Returns where."""
+    """The outputs copied to STORAGE/<name of OUT>/outputs/ with a --storage-path, so they
+    outlive the machine that wrote them (a cluster's head goes with `ray down`)."""
     if not args.storage_path:
         return None
     from pyarrow import fs
@@ -121,17 +114,15 @@ def copy_outputs_to_storage(args: SweepArgs, written: list[Path]) -> str | None:
 
 
 def storage_dir(args: SweepArgs) -> str:
-    """Where Tune keeps this sweep's trial state: OUT/tune, or STORAGE/<name of OUT> when a
-    (shared) --storage-path is given, so sweeps with different OUT never share a Tune
-    experiment directory there."""
+    """Where this sweep's trial state lives: OUT/tune, or STORAGE/<name of OUT> (so sweeps
+    of different OUT never share a directory there)."""
     if args.storage_path:
         return args.storage_path.rstrip("/") + "/" + args.out.resolve().name
     return str((args.out / "tune").resolve())
 
 
 def provenance() -> dict[str, object]:
-    """What produced these results: package versions and the git commit of this checkout
-    ("unknown" when the code was shipped without its .git, as on some cluster nodes)."""
+    """Package versions and the git commit ("unknown" where the code came without .git)."""
     import importlib.metadata
     import platform
 

@@ -1,26 +1,19 @@
 """One piece of a grid on a machine lent for minutes: the next whole trials that fit a time
 budget, run without Ray, their per-epoch rows written for `--done`.
 
-A GPU lent for ten minutes at a time, with nothing kept between runs but the rows committed
-from them, cannot hold a sweep; what it can do is finish a few trials whole. A piece decides
-what is done as a sweep's launch does (sweeps/finished_trials.py: `--done CSV`, the rows
-committed so far, and with `--resume` the records already in OUT; unlike a sweep, both at
-once), takes the next trials in grid order (seed 0 at every data point and lambda, then the
-next seed), and groups them into trial bundles sized so that each finishes inside what is
-left of `--budget`: a bundle of B members costs
+A GPU lent for ten minutes at a time, keeping nothing between runs but the rows committed
+from them, cannot hold a sweep, but it can finish a few trials whole. A piece decides what is
+done as a sweep's launch does (`--done CSV` and, with `--resume`, OUT's records: both at
+once), takes the next trials in grid order and bundles them so that each bundle finishes
+inside what is left of `--budget`: a bundle of B members costs
 
     setup_s + epochs x steps an epoch x step_ms(B) / 1000
             + B x (epochs x epoch_s + re-estimates x estimate_s)
 
-with step_ms(B) interpolated from the costs file's measured outer steps (`--costs`, JSON,
-default bench/results/gpu/piece_costs.json), at the trial's precision. After each bundle
-the estimate is scaled by what the bundles so far took against their estimates. A bundle
-that cannot finish in the time left is not started. Each trial runs through the sweep's own
-trial loop (`run_trial`, or `run_bundle` for a bundle) with the config a sweep of the same
-flags would give it, and keeps its record under OUT/tune (trainables/record.py), where a
-sweep of that OUT keeps its own. After each bundle every whole trial's rows are written
-(OUT/epochs.csv, in export's format, atomically), with torch's and CUDA's versions and the
-GPU's name, so a run cut off keeps every trial it finished.
+with step_ms(B) interpolated from the measured outer steps of `--costs`, at the trial's
+precision, and scaled by what the bundles so far took against their estimates. Each trial
+runs the sweep's own trial loop with the config a sweep of the same flags would give it; after
+each bundle every whole trial's rows go to OUT/epochs.csv, so a run cut off keeps them.
 
     python -m sweeps piece --preset paper --root DATA --done bench/results/paper_gpu/epochs.csv \\
         --budget 540 --out results/piece
@@ -38,7 +31,6 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,8 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_COSTS = ROOT / "bench" / "results" / "gpu" / "piece_costs.json"
 ROWS_FILE = "epochs.csv"  # OUT/<this>: the piece's finished trials, in export's format
 PLAN_FILE = "piece.json"  # OUT/<this>: budget, bundles, estimates against seconds taken
-# Sweep flags a piece has no use for: it runs in this process, without Ray, on a machine that
-# keeps nothing.
+# A piece runs in this process, without Ray, on a machine that keeps nothing.
 _NOT_READ = {"address": "--address", "storage_path": "--storage-path", "tracker": "--tracker"}
 
 
@@ -95,8 +86,7 @@ class Costs:
         return table[lo] + (table[hi] - table[lo]) * (members - lo) / (hi - lo)
 
     def largest(self, precision: str) -> int:
-        """The largest bundle measured (none larger is estimated) at the lowest cost a
-        member: a larger one costs each member more."""
+        """The measured bundle size with the lowest cost a member."""
         table = self.step_ms[precision]
         return min(table, key=lambda b: (table[b] / b, -b))
 
@@ -119,8 +109,7 @@ class Shape:
 
 def plan_size(todo: list[dict], left_s: float, shape: Shape, costs: Costs, most: int,
               scale: float = 1.0) -> int:
-    """Members of the next bundle: the most of `todo`'s first (up to `most`) whose estimate,
-    scaled, fits in `left_s`; 0 when not even one trial does."""
+    """How many of `todo`'s first (up to `most`) fit in `left_s`, scaled; 0: not one."""
     for members in range(min(most, len(todo)), 0, -1):
         if shape.seconds(costs, todo[:members]) * scale <= left_s:
             return members
@@ -128,8 +117,7 @@ def plan_size(todo: list[dict], left_s: float, shape: Shape, costs: Costs, most:
 
 
 class PieceSession(StoreSession):
-    """A record's session (trainables/record.py) that prints every tenth epoch, and puts
-    torch's and CUDA's versions and the GPU's name in every row."""
+    """A record's session that prints every tenth epoch and stamps every row."""
 
     def __init__(self, records: RecordStore, config: dict, epochs: int,
                  stamp: dict[str, str]) -> None:
@@ -149,7 +137,6 @@ class PieceSession(StoreSession):
 
 
 def versions() -> dict[str, str]:
-    """torch's and CUDA's versions and the GPU's name, for every row."""
     import torch
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
@@ -157,12 +144,11 @@ def versions() -> dict[str, str]:
 
 
 def trial_shape(spec: GridSpec, config: dict, loaded: dict, precision: str) -> Shape:
-    """Epochs, steps an epoch and re-estimates of the piece's trials (the first point's data
-    stands for all: a grid's points share their size)."""
+    """The piece's trials' shape, from the first point's (a grid's points share their size)."""
     from unbiased.methods import method_config
     from unbiased.trial import Plan
 
-    bench = spec_build(spec)({**config, "device": "cpu"}, loaded)  # its size, anywhere
+    bench = spec.bench.build({**config, "device": "cpu"}, **loaded)  # its size, anywhere
     batch = int(method_config(str(config.get("method", "mi_backprop")), config).batch_size)
 
     def estimates(lam: float) -> int:  # as run_trial's plan: ERM reports its last epoch
@@ -175,16 +161,9 @@ def trial_shape(spec: GridSpec, config: dict, loaded: dict, precision: str) -> S
                  estimates=(estimates(0.0), estimates(1.0)), precision=precision)
 
 
-def spec_build(spec: GridSpec) -> Callable[[dict, dict], object]:
-    from unbiased.benchmarks import benchmark_spec
-
-    bench = benchmark_spec(spec.benchmark)
-    return lambda config, loaded: bench.build(config, **loaded)
-
-
 def trial_precision(config: dict) -> str:
-    """The precision a trial of `config` reports (unbiased/trial.py, `precision`), the
-    key of the costs file's step times; as start_trial will set torch's TF32 flags."""
+    """The precision a trial of `config` reports (the costs file's key), with torch's TF32
+    flags set as start_trial will set them."""
     import torch
 
     from unbiased.trial import precision
@@ -204,9 +183,8 @@ def trial_precision(config: dict) -> str:
 
 def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixed: dict
                   ) -> pd.DataFrame:
-    """The rows of every point of `points` the records hold whole (every epoch, no error,
-    not diverged: what --done takes), in export's format (a bundle's members split as
-    results_frame does)."""
+    """The rows, in export's format, of every point the records hold whole (what --done
+    takes)."""
     from sweeps.export_epochs import export_frame
     from sweeps.results_frame import results_frame
 
@@ -258,10 +236,9 @@ def effective(spec: GridSpec, config: dict) -> dict:
     """A trial's every value: its config, then its method's defaults, then its benchmark's."""
     from dataclasses import asdict, fields
 
-    from unbiased.benchmarks import benchmark_spec
     from unbiased.methods import method_config
 
-    settings = benchmark_spec(spec.benchmark).settings
+    settings = spec.bench.settings
     defaults = {f.name: f.default for f in fields(settings)} if settings is not None else {}
     method = asdict(method_config(str(config.get("method", "mi_backprop")), config))
     return {**defaults, **method, **config}
@@ -358,12 +335,11 @@ def dry_plan(spec: GridSpec, todo: list[dict], fixed: dict, shape: Shape, costs:
 def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore,
               points: list[dict], todo: list[dict], config: dict, loaded: dict, shape: Shape,
               costs: Costs, most: int, stamp: dict[str, str], deadline: float) -> int:
-    """Run bundles of `todo` (of the grid's `points`) while the next fits in the time left;
-    after each, write the rows of every point the records hold whole."""
+    """Run bundles of `todo` while the next fits in the time left, writing the whole rows
+    after each."""
     from unbiased.trial import MEMBERS_KEY, run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
-    build = spec_build(spec)
     log: list[dict] = []
     took_s = estimated_s = 0.0
     status = 0
@@ -387,7 +363,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
               flush=True)
         began = time.monotonic()
         run = run_bundle if MEMBERS_KEY in trial else run_trial
-        run(dict(session.config), lambda cfg: build(cfg, loaded), session)
+        run(dict(session.config), lambda cfg: spec.bench.build(cfg, **loaded), session)
         records.end(session.key, "ended")
         seconds = time.monotonic() - began
         took_s += seconds

@@ -26,7 +26,6 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def init_ray(address: str | None) -> None:
-    """Join the Ray at `address`, or (none given) start a local one of this driver's own."""
     import ray
 
     if ray.is_initialized():
@@ -45,13 +44,10 @@ def init_ray(address: str | None) -> None:
 
 
 def init_local_ray() -> None:
-    """A fresh local Ray, never one found through RAY_ADDRESS or a `ray start` on this
-    machine (/tmp/ray/ray_current_cluster), whose processes (GCS, raylet, monitors) run in
-    sessions of their own: a SIGTERM to the driver's process group (`timeout`,
-    `kill -- -PGID`, a scheduler's cancel) then reaches the driver alone, and StopSignals
-    saves the state before shutting them down. In the driver's group they died at once and
-    the driver hung 60 s on the lost GCS, saving nothing. They still die with the driver:
-    Ray sets PR_SET_PDEATHSIG on them."""
+    """A fresh local Ray (never one of RAY_ADDRESS or a `ray start`) whose processes run in
+    sessions of their own: a SIGTERM to the driver's process group then reaches the driver
+    alone, which saves the state before shutting them down (in its group they died at once
+    and the driver hung 60 s on the lost GCS). PR_SET_PDEATHSIG still ends them with it."""
     import ray
 
     ray_private.no_prestarted_workers()
@@ -59,22 +55,19 @@ def init_local_ray() -> None:
         ray.init(address="local", include_dashboard=False)
 
 
-# The batch script (slurm/sweep.sbatch) says how many nodes its Ray will have: the driver waits
-# for them to join before it compares a trial's ask with what the nodes have.
+# The nodes the batch script starts Ray on, waited for before a trial's ask is compared.
 EXPECT_NODES_ENV = "SWEEP_EXPECT_NODES"  # the job's node names, comma-separated (or a count)
 NODES_WAIT_ENV = "SWEEP_NODES_WAIT_S"
 NODES_WAIT_S = 120.0  # `ray start` on a worker: seconds; a node that takes longer is lost
 
 
 def expected_nodes() -> list[str]:
-    """The nodes the batch script started Ray on (SWEEP_EXPECT_NODES): their names, or as many
-    empty names as a count says."""
+    """The nodes the batch script started Ray on: their names, or a count of empty names."""
     value = os.environ.get(EXPECT_NODES_ENV, "").strip()
     if value.isdigit():
         return [""] * int(value)
     return [n for n in value.split(",") if n]
-# Where a cluster started by `ray up` lists the node types its autoscaler may add (Tune's own
-# test for an autoscaling cluster): present on its head.
+# On a `ray up` cluster's head: the node types its autoscaler may add (Tune's own test).
 AUTOSCALER_CONFIG = Path("~/ray_bootstrap_config.yaml")
 
 
@@ -103,8 +96,8 @@ def _node_name(node: dict) -> str:
 
 
 def cluster_nodes(expect: int = 0, timeout_s: float = NODES_WAIT_S) -> list[NodeShape]:
-    """The live nodes of the Ray this driver joined, once `expect` of them are up (or
-    `timeout_s` has passed), and the node types an autoscaler may add."""
+    """The live nodes once `expect` are up (or after `timeout_s`), and the node types an
+    autoscaler may add."""
     import ray
 
     deadline = time.monotonic() + timeout_s
@@ -120,8 +113,7 @@ def cluster_nodes(expect: int = 0, timeout_s: float = NODES_WAIT_S) -> list[Node
 
 def check_all_joined(address: str | None, expect: list[str], nodes: list[NodeShape],
                      wait_s: float) -> None:
-    """Refuse (SweepError) a run where fewer nodes joined than the batch script started Ray
-    on, naming those missing and the head address they were given."""
+    """Refuse a run where fewer nodes joined than the batch script started Ray on."""
     joined = [n for n in nodes if not n.may_add]
     if len(joined) >= len(expect):
         return
@@ -140,7 +132,6 @@ SWEEP_NODES_HINT = f"{NODES_WAIT_ENV} waits longer"
 
 
 def autoscaler_node_types(path: Path = AUTOSCALER_CONFIG) -> list[NodeShape]:
-    """The node types of a `ray up` cluster's config that the autoscaler may start."""
     path = path.expanduser()
     if not path.is_file():
         return []
@@ -157,9 +148,8 @@ def autoscaler_node_types(path: Path = AUTOSCALER_CONFIG) -> list[NodeShape]:
 
 def check_resources(address: str | None, cpus: float, gpus: float,
                     nodes: list[NodeShape] | None = None) -> list[NodeShape]:
-    """Refuse (SweepError) a sweep whose trials ask more CPUs or GPUs than any node of the
-    Ray it joined has: Ray would wait for such a node forever (nothing autoscales under
-    Slurm). Says which nodes there are when the Ray is a cluster's (`address`)."""
+    """Refuse a sweep whose trials ask more than any node has: Ray would wait for such a node
+    forever (nothing autoscales under Slurm)."""
     if nodes is None:
         expect = expected_nodes()
         wait_s = float(os.environ.get(NODES_WAIT_ENV) or NODES_WAIT_S)

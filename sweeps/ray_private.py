@@ -1,15 +1,7 @@
-"""Every Ray and Tune internal the sweeps rely on, and only those, in one place.
-
-Ray's public API does not cover two things the sweeps need: Ray's processes out of the
-driver's process group, and no idle workers and no callback tagging at a sweep's start
-(speed). What they need from Ray's internals (private modules,
-underscore attributes, undocumented behaviour) is here, each with what it relies on and why;
-nothing else in the package reaches past Ray's public API (docs/DESIGN.md lists them, and
-what the public API answered instead). tests/test_ray_adapter.py checks each against the
-installed Ray, so a Ray upgrade that changes one fails there, by name, instead of in a
-sweep. A sweep's state is its own (trainables/record.py): nothing here reads Tune's.
-
-Ray is imported inside the functions: the drivers' `--help` and the analysis never load it.
+"""Every Ray and Tune internal the sweeps rely on, and only those, each with what it relies
+on and why (docs/DESIGN.md): Ray's processes out of the driver's process group, and no idle
+workers and no callback tagging at a sweep's start (speed). tests/test_ray_adapter.py checks
+each against the installed Ray, so an upgrade that changes one fails there, by name.
 """
 
 from __future__ import annotations
@@ -50,15 +42,12 @@ def ray_processes_in_own_sessions() -> Iterator[bool]:
 
 # -- No idle workers for a local Ray ----------------------------------------------------------
 # A raylet prestarts one Python worker per CPU when the first driver connects (RayConfig
-# `prestart_worker_first_driver`, read from RAY_prestart_worker_first_driver by the raylet a
-# ray.init starts). Tune's trial actors never run in them: each carries a runtime env (Tune's
-# env vars, ray/tune/execution/class_cache.py), so Ray starts a worker of that env for it.
+# `prestart_worker_first_driver`). Tune's trial actors never run in them: each carries a
+# runtime env (ray/tune/execution/class_cache.py), so Ray starts a worker of that env for it.
 PRESTART_ENV = "RAY_prestart_worker_first_driver"
 
 
 def no_prestarted_workers() -> None:
-    """A Ray this process starts from now on prestarts no worker (unless PRESTART_ENV is
-    already set)."""
     os.environ.setdefault(PRESTART_ENV, "0")
 
 
@@ -76,9 +65,5 @@ def skip_callback_usage_tags() -> bool:
 
     if usage_stats_enabled():
         return False
-    air_usage.tag_callbacks = _no_callback_tags
+    air_usage.tag_callbacks = lambda callbacks: False  # tag_callbacks' "no usage recorded"
     return True
-
-
-def _no_callback_tags(callbacks) -> bool:
-    return False  # tag_callbacks' "no usage recorded"

@@ -2,11 +2,9 @@
 
     python -m sweeps rerun results/digits_cpu --seeds 3,4,5 [--out NEW]
 
-Everything but the seeds (preset values, flags, data) is the source sweep's recorded config
-(OUT/experiment.json). Per sigma, split or group, every label-free rule's lambda runs, plus ERM
-(lambda = 0) as the reference. NEW (default OUT_rerun) gets the usual results, tables and
-figures, and rerun.md / rerun.parquet: each pick beside the numbers it was chosen on, with
-the sweep and rule it came from.
+Everything but the seeds is the source sweep's recorded config (OUT/experiment.json); ERM
+(lambda = 0) runs too, as the reference. NEW (default OUT_rerun) gets the usual outputs and
+rerun.md / rerun.parquet: each pick beside the numbers it was chosen on.
 """
 
 from __future__ import annotations
@@ -32,15 +30,13 @@ from sweeps.outputs import EXPERIMENT_FILE
 PROG = "python -m sweeps rerun"
 
 
-# A lambda search's picks re-run as a digits grid: the same trainable and settings, now at
-# the chosen lambdas.
+# A lambda search's picks re-run as a digits grid.
 SEARCHES = {"lambda_search": "digits"}
 
 
 def specs() -> dict[str, GridSpec]:
-    """The grid of each experiment a sweep records: each registered benchmark's
-    (`<name>_grid`), and the experiments its presets name (digits' ablations: a record of
-    k_ablation_cpu, or of the k_ablation.py driver's cpu, re-runs as k_ablation)."""
+    """The grid of each experiment a sweep records: each registered benchmark's, and the
+    experiments its presets name (digits' ablations)."""
     from unbiased.benchmarks import registered
 
     out: dict[str, GridSpec] = {}

@@ -19,9 +19,7 @@ CONTRACT_COLUMNS = [
     "mi", "train_acc", "test_acc", "time_s", "mi_eval", "loss_task", "mi_batch", "epochs",
     "start_epoch", "node", "status", "selected",
 ]
-# Columns results.parquet keeps beyond the contract, in this order (whichever trials, Tune's
-# or taken over by --done, brought them): every registered benchmark's own metrics and data
-# axes (unbiased/benchmarks/), then the generic ones.
+# Columns results.parquet keeps beyond the contract, in this order, wherever a trial has them.
 KEPT_COLUMNS = (*dict.fromkeys(c for spec in all_specs() for c in spec.result_columns()
                                if c not in CONTRACT_COLUMNS),
                 "node_id", "machine", "precision", "torch", "cuda", "gpu", "config",
@@ -48,9 +46,8 @@ def finished(result) -> bool:
 
 def results_frame(trials: Sequence[tuple[pd.DataFrame, dict, str, object]], experiment: str,
                   benchmark: str, config_columns: dict[str, str]) -> pd.DataFrame:
-    """One row per grid point and epoch, from each point's (epoch rows, flat config, trial
-    id, error) (sweeps/finished_trials.py reads them from the trials' records).
-    `config_columns` maps result column -> config key."""
+    """One row per grid point and epoch, from each point's (rows, flat config, trial id,
+    error); `config_columns` maps result column -> config key."""
     frames = []
     for df, config, trial_id, error in trials:
         df = df.copy()
@@ -101,9 +98,7 @@ def results_frame(trials: Sequence[tuple[pd.DataFrame, dict, str, object]], expe
 
 
 def selected_rows(df: pd.DataFrame) -> pd.Series:
-    """One True per trial: the epoch the trial reported as `selected_epoch` (its label-free
-    stopping rule's choice, or its last epoch); a trial that never got there (diverged,
-    stopped early) has its last row marked."""
+    """One True per trial: its `selected_epoch`, or its last row where it never got there."""
     chosen = (df.groupby("trial_id")["selected_epoch"].transform("max")
               if "selected_epoch" in df.columns else pd.Series(math.nan, index=df.index))
     last = df.groupby("trial_id")["epoch"].transform("max")
@@ -111,8 +106,7 @@ def selected_rows(df: pd.DataFrame) -> pd.Series:
 
 
 def all_ok(df: pd.DataFrame) -> bool:
-    """No trial failed (a trial the scheduler stopped early did not fail; one that ran to the
-    end with a warning did not either)."""
+    """No trial failed (stopped early or warned is not failed)."""
     status = df["status"].astype(str)
     return bool((status.isin(["ok", STOPPED_EARLY]) | status.str.startswith(OK_WARNING)).all())
 

@@ -1,11 +1,6 @@
-"""Run the trials a launch has to run with Ray Tune: a new Tuner every launch.
-
-The sweep's flow (sweeps/core.py): check OUT (sweeps/outputs.py), the trials' records read
-(sweeps/finished_trials.py), start or join Ray (sweeps/ray_init.py), `run_tuner` here on the
-trials not finished, then every trial's rows from the records (sweeps/results_frame.py)
-written out with the analysis (outputs.write_outputs). Tune schedules, restarts a failed
-trial (which continues from its record's checkpoint) and runs searchers; it keeps no state a
-launch reads. A stop by signal is sweeps/signals.py.
+"""Run the trials a launch has to run with Ray Tune: a new Tuner every launch. Tune
+schedules, restarts failed trials and runs searchers; it keeps no state a launch reads (the
+trials' records do).
 """
 
 from __future__ import annotations
@@ -27,10 +22,7 @@ from unbiased.settings import RECORDS_KEY, flat_config
 def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space: dict,
               resources: dict[str, float], param_keys: tuple[str, ...] = ("lam", "seed"),
               n_trials: int = 0, search_alg=None, num_samples: int = 1, n_done: int = 0):
-    """Run the trials of `param_space`; `n_done` trials of the sweep finished in earlier
-    launches. `search_alg`/`num_samples` for searches (lambda_search.py); grids leave them
-    at None/1. A trial the scheduler stopped early is marked so in its record: a later
-    launch leaves it stopped."""
+    """Run the trials of `param_space`; `n_done` of the sweep's finished in earlier launches."""
     from ray import tune
 
     ray_private.skip_callback_usage_tags()
@@ -60,7 +52,6 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
 def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_space: dict,
               param_keys: tuple[str, ...], n_trials: int, search_alg, num_samples: int,
               n_done: int = 0):
-    """The launch's Tuner: --max-failures restarts of a failed trial (from its record)."""
     from ray import tune
 
     from sweeps import trackers
@@ -84,8 +75,7 @@ def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_s
 
 
 def make_scheduler(args: SweepArgs):
-    """The trial scheduler of `--scheduler`: FIFO (Tune's default: trials start in the order
-    the grid lists them), or ASHA on train_acc per epoch."""
+    """FIFO (trials start in grid order), or ASHA on train_acc per epoch."""
     if args.values.get("scheduler", "fifo") == "fifo":
         return None
     from ray.tune.schedulers import ASHAScheduler
@@ -97,11 +87,9 @@ def make_scheduler(args: SweepArgs):
 
 def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 0,
                       records: RecordStore | None = None, experiment: str = ""):
-    """One line per trial per epoch instead of Tune's wide tables; `n_done` of the
-    `n_trials` finished in earlier launches. A trial that ends here (its last epoch, or
-    stopped early by the scheduler), not by a stop signal, is marked ended in its record:
-    it is done for every later launch. Only here: a trial that wrote its last epoch while a
-    stop came runs again, and its rows reach the trackers then."""
+    """One line per trial per epoch instead of Tune's wide tables. A trial that ends here,
+    not by a stop signal, is marked ended in its record; one that wrote its last epoch while
+    a stop came runs again, so its rows reach the trackers then."""
     from ray import tune
 
     class Progress(tune.Callback):
@@ -166,7 +154,6 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
 
 
 def _points(config: dict) -> list[dict]:
-    """A trial's grid points: its own config, or a bundle's members' (unbiased/trial.py)."""
     from unbiased.trial import MEMBERS_KEY, member_configs
 
     return member_configs(config) if MEMBERS_KEY in config else [config]

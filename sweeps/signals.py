@@ -19,12 +19,9 @@ if TYPE_CHECKING:
 
 
 class QuietUnstarted(logging.Filter):
-    """Tune warns once per trial that has no results yet (a resumed or a stopped sweep: 100+
-    lines for a Table 1 grid, above our own line on what finished and how to continue).
-    While active (`when()` true), that one warning is dropped; every other record passes."""
+    """While `when()`, drop Tune's warning for each trial without results yet (100+ lines
+    for a stopped Table 1 grid, above our own line on how to continue)."""
 
-    # Tune's warning, when results are read, for each trial that has none yet: a module
-    # logger of ray.tune.analysis, this text (log text, not an API).
     LOGGER = "ray.tune.analysis.experiment_analysis"
     MESSAGE = "Failed to fetch metrics"
 
@@ -47,8 +44,7 @@ STOP = threading.Event()  # a stop signal came: `stopper()` ends Tune's run
 
 
 def stopper():
-    """Tune's stopper of every sweep (RunConfig(stop=...), Tune's public way to end a run
-    from outside): the whole run ends at Tune's next step once STOP is set."""
+    """Tune's stopper (its public way to end a run from outside): once STOP is set."""
     from ray import tune
 
     class StopOnSignal(tune.Stopper):
@@ -63,17 +59,14 @@ def stopper():
     return StopOnSignal()
 
 
-# A stop signal that came outside a Tune run (before the first, between a lambda search's
-# studies or a warm start's parts, while the outputs are written): `defer_stop_signals`.
+# A stop signal that came outside a Tune run (`defer_stop_signals`).
 PENDING: list[int] = []
 
 
 def defer_stop_signals() -> None:
-    """From a sweep's start to its end, outside Tune's runs (StopSignals covers those), a
-    SIGTERM or SIGINT is kept instead of killing the driver where it stands: the next Tune run
-    does not start (the driver stops with the resume line, exit 128 + the signal, as a stop
-    during a run does) and outputs being written are finished first. A second signal stops at
-    once. Under Slurm a walltime signal anywhere thus ends as one inside the run does."""
+    """Outside Tune's runs (StopSignals covers those), keep a SIGTERM or SIGINT instead of
+    dying where the driver stands: outputs being written are finished, and the next Tune run
+    does not start but ends as a stop during a run does. A second signal stops at once."""
     if threading.current_thread() is not threading.main_thread():
         return
     PENDING.clear()
@@ -92,11 +85,9 @@ def defer_stop_signals() -> None:
 
 
 class StopSignals:
-    """SIGTERM (`timeout`, a batch scheduler, `kill`) and SIGINT (Ctrl-C) during a sweep: Tune
-    stops the trials (`stopper`), then the driver shuts down the Ray it started and says how
-    to resume. Without this, SIGTERM killed the driver alone and left its trial workers
-    training. A second signal stops at once. A StopWatch ends the driver should Ray hold it
-    after the signal (sweeps/ending.py)."""
+    """SIGTERM or SIGINT during a Tune run: Tune stops the trials, then the driver shuts down
+    its Ray (else its trial workers went on training) and says how to resume. A second signal
+    stops at once; a StopWatch ends the driver should Ray hold it."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -151,14 +142,11 @@ class StopSignals:
         raise SystemExit(128 + int(self.received))
 
 
-# Flags a --resume cannot be given with: --done starts a new run (a resumed one reads the rows
-# --done took from OUT), --overwrite would discard what the resume continues.
+# Flags a --resume refuses: --done starts a new run, --overwrite discards what it continues.
 _NOT_WITH_RESUME = {"--done": True, "--overwrite": False}  # flag -> takes a value
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command that continues the sweep `argv` ran: the same flags, without those a
-    --resume refuses, plus --resume."""
     out: list[str] = []
     skip = False
     for arg in argv:

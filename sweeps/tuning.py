@@ -1,12 +1,9 @@
-"""An equal tuning budget: the same number of points drawn for every arm of the comparison
-(unbiased/search.py), each drawn from its method's distributions through Ray Tune's own
-search spaces, with the same epochs and seeds.
+"""An equal tuning budget: the same number of points for every arm (unbiased/search.py), each
+drawn from its method's distributions through Ray Tune's search spaces.
 
-A draw is fixed by the search seed, the arm and its index: draw 3 of `group_dro` is the same
-point in every launch, on every machine and under every filter, so a screen on one seed and
-rows on others (`--draw-of ARM=3`) or a cluster running every draw on every seed read the
-same settings. Each point holds its arm and draw index (what names the trial) and, under
-SETTINGS_KEY, the drawn and held settings, which reach the trial's config as if given by flag.
+A draw is fixed by the search seed, the arm and its index, the same in every launch and under
+every filter, so a screen on one seed and rows on others (`--draw-of ARM=3`) read the same
+settings. The drawn and held settings go under SETTINGS_KEY, reaching the trial as flags do.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from unbiased.settings import SETTINGS_KEY
 
 
 def tune_domain(space: Space):
-    """The Ray Tune search space of one distribution."""
     from ray import tune
 
     if isinstance(space, LogUniform):
@@ -37,8 +33,8 @@ def _rounded(value: object) -> object:
 
 
 def draw(arm_name: str, count: int, search_seed: int) -> list[dict[str, object]]:
-    """The arm's first `count` draws: each a dict of its drawn settings (sorted by name), then
-    the settings it holds. Draw i does not depend on `count`."""
+    """The arm's first `count` draws (drawn settings, then held ones); draw i does not
+    depend on `count`."""
     from unbiased.methods import ERM, method_class
 
     arm = ARMS[arm_name]
@@ -54,9 +50,8 @@ def draw(arm_name: str, count: int, search_seed: int) -> list[dict[str, object]]
 
 
 def search_points(values: dict, data_axes: tuple[str, ...]) -> list[dict]:
-    """Every trial of a tuning preset: data point x arm x draw x seed, seed first (a grid cut
-    off holds whole seeds). `draw_of` (ARM -> draw indices) keeps only those draws of an arm
-    (the rows of a rule's pick); an arm it does not name runs every draw."""
+    """Every trial of a tuning preset, seed first (a grid cut off holds whole seeds);
+    `draw_of` keeps only those draws of the arms it names."""
     import itertools
 
     from unbiased.methods import config_keys

@@ -7,13 +7,11 @@
         end.json            the trial ended (its last epoch, a stop of its own, or the
                             scheduler's): no launch runs it again
 
-`<storage>` is the sweep's storage (a directory, or an s3:// URI read through pyarrow, as
-Tune reads it). A report is written in three steps: its checkpoint's files, then the rows
-(the last naming that checkpoint and its files), then every other checkpoint deleted. A kill
-at any point leaves the rows naming a checkpoint whose files are all present (or none), so
-a restart continues from the newest named checkpoint that is whole and re-runs the epochs
-after it, as Tune's own restart does. Local files are written whole under another name and
-renamed; an object store's PUT shows a file whole or not at all.
+A report is written in three steps: its checkpoint's files, then the rows (the last naming
+that checkpoint), then every other checkpoint deleted. A kill at any point leaves the rows
+naming a checkpoint whose files are all present (or none), so a restart continues from the
+newest whole one. Local files are written under another name and renamed; an object store's
+PUT shows a file whole or not at all.
 """
 
 from __future__ import annotations
@@ -37,20 +35,15 @@ RESTORED = "restored"  # in a report to Tune: a row of the record, told again af
 
 
 def trial_key(points: list[dict]) -> str:
-    """A trial's name in its sweep: its grid point's values, in the point's order
-    (`sigma=0.03_method=mi_backprop_lam=1.0_seed=0_K=40`: characters every store and tracker
-    takes; W&B refuses commas); a bundle's, its first member's with the number of the
-    others. The same flags give the same keys in every launch; which trial a warm start
-    starts from is not part of the point."""
+    """A trial's name in its sweep, the same in every launch: its grid point's values
+    (`sigma=0.03_method=mi_backprop_lam=1.0_seed=0_K=40`: W&B refuses commas); a bundle's,
+    its first member's with the number of the others."""
     first = "_".join(f"{k}={v}" for k, v in points[0].items()
                      if k not in (WARM_FROM, SETTINGS_KEY) and v is not None)
     return first if len(points) == 1 else f"{first}+{len(points) - 1}"
 
 
 def trial_key_of(config: dict) -> str | None:
-    """The key of a trial from its config as Tune gives it: its grid point under "point"
-    (sweeps/core.py), a bundle's members under the point's "members"; None for a trial
-    without a point."""
     point = config.get(POINT_KEY)
     if not point:
         return None
@@ -61,44 +54,35 @@ def trial_key_of(config: dict) -> str | None:
 class Record:
     key: str
     config: dict
-    # up to the newest whole checkpoint; each as written, with the checkpoint it named
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # up to the newest whole checkpoint
     checkpoint: str | None = None  # that checkpoint's directory
-    # end.json's status: the trial is done (the driver saw it end, or --done took it over).
-    # Rows that reach the last epoch without it (written while a stop came) run again: the
-    # trial restores its last checkpoint and tells Tune its rows, so trackers get every epoch.
+    # end.json's status. Rows that reach the last epoch without it (written while a stop
+    # came) run again, so that the trackers get every epoch.
     ended: str | None = None
 
     def metrics(self) -> list[dict]:
-        """The rows as the trial reported them."""
         return [reported(row) for row in self.rows]
 
 
 def reported(row: dict) -> dict:
-    """A row of a record as the trial reported it (without the checkpoint it names)."""
     return {k: v for k, v in row.items() if k != _CHECKPOINT}
 
 
 def records_root(storage: str, experiment: str) -> str:
-    """The directory of `experiment`'s records in the sweep's storage (a path or a URI)."""
     return storage.rstrip("/") + "/" + experiment + "/" + TRIALS_DIR
 
 
 class RecordStore:
-    """The records of one experiment's trials under `storage` (a path or a URI)."""
-
     def __init__(self, filesystem: pafs.FileSystem | None, root: str) -> None:
         self._fs, self._root = filesystem, root.rstrip("/")
 
     @classmethod
     def at(cls, storage: str, experiment: str) -> RecordStore:
-        """The records of `experiment` in the sweep's storage (a path or a URI; a bucket is
-        reached at the first read or write, not before: a dry run never reaches it)."""
+        """A bucket is reached at the first read or write, not before: a dry run never does."""
         return cls.located(records_root(storage, experiment))
 
     @classmethod
     def located(cls, root: str) -> RecordStore:
-        """The records in the directory `root` (a path or a URI: `records_root`)."""
         if "://" in root:
             return cls(None, root)
         return cls(pafs.LocalFileSystem(), root)
@@ -111,7 +95,7 @@ class RecordStore:
 
     @property
     def root(self) -> str:
-        """The records' directory in `fs` (a URI's path once its filesystem is made)."""
+        """The records' directory in `fs` (a URI's path)."""
         return self._root if self.fs is not None else ""
 
     @property
@@ -141,7 +125,6 @@ class RecordStore:
         return self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
 
     def start(self, key: str, config: dict) -> None:
-        """A trial that starts from its first epoch: its config, and no rows yet."""
         for name in (ROWS_FILE, END_FILE):
             if self._exists(f"{self._dir(key)}/{name}"):
                 self.fs.delete_file(f"{self._dir(key)}/{name}")
@@ -150,8 +133,8 @@ class RecordStore:
                                default=_json_value).encode())
 
     def write(self, key: str, rows: list[dict], files: dict[str, bytes] | None) -> None:
-        """The rows so far (as a Record holds them); with `files`, the last row's
-        checkpoint, written before them and named in that row (in `rows` too)."""
+        """The rows so far; with `files`, the last row's checkpoint, written before them and
+        named in that row."""
         if files is not None:
             keep = f"{len(rows):06d}"
             for name, data in files.items():
@@ -173,9 +156,9 @@ class RecordStore:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
     def read(self, key: str) -> Record | None:
-        """The trial's record (None: it never started): its rows up to the newest checkpoint
-        a row names whose files are all there (every row when none is named after the last
-        whole one: a trial's last report, diverged, carries none)."""
+        """The trial's record (None: it never started), its rows up to the newest whole
+        checkpoint (and the rows after it when none of them names one: a diverged last
+        report carries none)."""
         point = self._read(f"{self._dir(key)}/{POINT_FILE}")
         if point is None:
             return None
@@ -192,11 +175,8 @@ class RecordStore:
             if named is None:
                 continue
             if all(f"{named['dir']}/{name}" in present for name in named["files"]):
-                # rows after a whole checkpoint count only if none of them named one
-                later = rows[i + 1:]
-                cut = any(_CHECKPOINT in row for row in later)
-                kept = rows[:i + 1] if cut else rows
-                return Record(key, config, kept, named["dir"], ended)
+                cut = any(_CHECKPOINT in row for row in rows[i + 1:])
+                return Record(key, config, rows[:i + 1] if cut else rows, named["dir"], ended)
         if any(_CHECKPOINT in row for row in rows):
             return Record(key, config, [], None)  # no named checkpoint is whole: start again
         return Record(key, config, rows, None, ended)
@@ -212,12 +192,11 @@ class RecordStore:
         return files
 
     def begin(self) -> None:
-        """A sweep's launch: the records' directory, which `--resume` looks for, made before
-        any trial reports (a sweep stopped before its first report resumes too)."""
+        """The directory `--resume` looks for, made before any trial reports (a sweep
+        stopped before its first report resumes too)."""
         self.fs.create_dir(self.root, recursive=True)
 
     def exist(self) -> bool:
-        """Whether a sweep of this experiment was launched here (`begin`)."""
         return self._exists(self.root)
 
     def keys(self) -> list[str]:
@@ -234,11 +213,9 @@ class RecordStore:
 
 
 class StoreSession:
-    """The session of a trial (unbiased/trial.py's TrialSession) that keeps its rows and
-    checkpoints in its record: a restart, in this process or another, continues from the
-    record's last checkpoint. Without Ray (a piece, sweeps/piece.py); TuneSession
-    (trainables/tune_trial.py) is this one under Tune. `config`: the trial's config, its grid
-    point under "point" (the record's key); `trial_id` names a trial without one."""
+    """A trial's session (unbiased/trial.py) that keeps its rows and checkpoints in its
+    record, so a restart in any process continues from it; `trial_id` names a trial without
+    a grid point."""
 
     def __init__(self, records: RecordStore, config: dict, trial_id: str = "") -> None:
         self.records = records
@@ -278,7 +255,7 @@ class StoreSession:
 
 
 def plain(value: object) -> object:
-    """`value` as point.json holds it (JSON's types)."""
+    """`value` as point.json holds it."""
     return json.loads(json.dumps(value, default=_json_value))
 
 

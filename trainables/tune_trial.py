@@ -1,11 +1,8 @@
-"""The Ray Tune side of a trial: the one function trainable of every registered benchmark
-(`trainable_for`) and the session it gives the trial loop (`TuneSession`). The loop itself is
-unbiased/trial.py, which never imports Ray.
+"""The Ray Tune side of a trial: the function trainable of every registered benchmark and the
+session it gives the trial loop (unbiased/trial.py, which never imports Ray).
 
-A trial trains on `SPEC.build(config, **loaded)` of its benchmark (unbiased.benchmarks), where
-`loaded` is what the driver's `SPEC.load` read once and `tune.with_parameters` put in the
-object store (`tune.with_parameters(trainable_for("digits"), digits=grey_digits)`); without it
-a build reads its own data. A trial of several grid points (`--bundle`) is `run_bundle`'s.
+A trial trains on `SPEC.build(config, **loaded)`, `loaded` being what the driver read once and
+`tune.with_parameters` put in the object store; without it a build reads its own data.
 """
 
 from __future__ import annotations
@@ -28,35 +25,24 @@ from unbiased.trial import MEMBERS_KEY, machine_id, run_bundle, run_trial
 
 def trainable_for(name: str) -> Callable[..., None]:
     """The trainable of one benchmark, named `train_<name>`: Tune names a sweep's trials after
-    its trainable, and a sweep keeps the names it had (a --resume of a sweep started before
-    finds its trials). Config keys: benchmark; method and its config fields
-    (unbiased/methods), seed, epochs, device, num_threads, mi_eval_steps, select_epoch
-    (unbiased/trial.py); the benchmark's data axes and build keys (its SPEC);
-    fail_once_at_epoch (tests only)."""
+    its trainable, and a --resume of a sweep started before finds its trials by them."""
     spec = benchmark_spec(name)
 
     def train(config: dict, **loaded: object) -> None:
+        # Tune logs every checkpoint at INFO from the worker; the driver prints progress.
+        logging.getLogger("ray.train").setLevel(logging.WARNING)
+        logging.getLogger("ray.tune").setLevel(logging.WARNING)
+        quiet_sigterm_in_worker()
         run = run_bundle if MEMBERS_KEY in flat_config(config) else run_trial
-        run(config, lambda cfg: spec.build(cfg, **loaded), tune_session(config))
+        run(config, lambda cfg: spec.build(cfg, **loaded), TuneSession(config))
 
     train.__name__ = train.__qualname__ = f"train_{name}"
     return train
 
 
-def tune_session(config: dict) -> TuneSession:
-    """The session of a trial in a Ray worker, the worker's logging and SIGTERM quietened."""
-    # Tune logs every checkpoint at INFO from the worker; the driver prints progress.
-    logging.getLogger("ray.train").setLevel(logging.WARNING)
-    logging.getLogger("ray.tune").setLevel(logging.WARNING)
-    quiet_sigterm_in_worker()
-    return TuneSession(config)
-
-
 class TuneSession(StoreSession):
-    """The session of a Ray Tune function trainable: a StoreSession over the records in the
-    sweep's storage, which every launch and every restart reads, that also gives Tune each
-    report, without a checkpoint (its scheduler, progress, trackers and searchers read the
-    metrics). `config`: the trial's config as Tune gave it; made in the trial's worker."""
+    """A StoreSession that also gives Tune each report, without a checkpoint (its scheduler,
+    progress, trackers and searchers read the metrics)."""
 
     def __init__(self, config: dict) -> None:
         from ray import tune
@@ -69,9 +55,8 @@ class TuneSession(StoreSession):
                          tune.get_context().get_trial_id())
 
     def restore(self) -> dict[str, bytes] | None:
-        """The record's checkpoint; its rows told to Tune again first (marked RESTORED: the
-        driver prints none of them, the trackers log those they lack, the scheduler sees the
-        trial's whole history)."""
+        """The record's checkpoint, its rows told to Tune again first (marked RESTORED) so
+        the trackers log those they lack and the scheduler sees the whole history."""
         from ray import tune
 
         for row in self.rows:
@@ -85,9 +70,8 @@ class TuneSession(StoreSession):
         tune.report(metrics)
 
     def where(self) -> dict[str, str]:
-        # Hostnames repeat across Ray nodes on one machine (and in some clusters); node ids not.
-        # Under Slurm (slurm/sweep.sbatch), the node Slurm named: the Ray node started there
-        # passes SLURMD_NODENAME on to its workers.
+        # Hostnames repeat across Ray nodes on one machine; node ids not. Under Slurm, the Ray
+        # node passes SLURMD_NODENAME on to its workers.
         import ray
 
         return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
@@ -104,24 +88,18 @@ class TuneSession(StoreSession):
 
 @functools.cache  # once per worker process, however many trials its actor runs
 def quiet_sigterm_in_worker() -> None:
-    """Keep the raylet's SIGTERM out of the driver's output. The raylet SIGTERMs an actor's
-    worker as soon as it disconnects (a finished or stopped trial) and SIGKILLs it 200 ms
-    later; Ray's handler raises SystemExit wherever the main thread is. Inside a weakref
-    callback or a __del__ that exception cannot propagate, and Python printed its traceback
-    ("Exception ignored in ... SystemExit: 1"), which reached the driver after trials ended
-    and on a stopped sweep. The worker is ending anyway: the SIGKILL
-    still comes.
-    - Once the interpreter exits, SIGTERM is ignored: atexit runs this handler in the main
-      thread (where signal.signal is allowed) before the teardown of modules and weak
-      references, and before Ray's own atexit shutdown (registered earlier, run later).
-    - Before that, an unraisable SystemExit is dropped silently; every other unraisable
-      exception still goes to the hook that was there."""
-    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
-    sys.unraisablehook = _drop_unraisable_system_exit(sys.unraisablehook)
+    """Keep the raylet's SIGTERM out of the driver's output. The raylet SIGTERMs a
+    disconnected actor's worker (SIGKILL 200 ms later); Ray's handler raises SystemExit
+    wherever the main thread is, and inside a weakref callback or a __del__ Python printed
+    "Exception ignored in ... SystemExit: 1". So SIGTERM is ignored from the interpreter's
+    exit on (atexit runs before module teardown and before Ray's own atexit shutdown), and
+    before that an unraisable SystemExit is dropped; other unraisable exceptions still go to
+    the previous hook."""
+    previous = sys.unraisablehook
 
-
-def _drop_unraisable_system_exit(previous: Callable[[Any], object]) -> Callable[[Any], None]:
     def hook(unraisable: Any) -> None:
         if not isinstance(unraisable.exc_value, SystemExit):
             previous(unraisable)
-    return hook
+
+    atexit.register(signal.signal, signal.SIGTERM, signal.SIG_IGN)
+    sys.unraisablehook = hook

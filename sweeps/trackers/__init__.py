@@ -1,8 +1,5 @@
-"""Experiment trackers (`--tracker mlflow,wandb`): one module each, one registry line each.
-
-TensorBoard needs none: Tune writes its event files beside the trials. A tracker is a
-`Tracker` (sweeps/trackers/base.py); adding one is a module with its subclass and a line in
-TRACKERS. The functions below run every tracker the sweep asked for (or was started with).
+"""Experiment trackers (`--tracker mlflow,wandb`): a `Tracker` subclass and a TRACKERS line
+each. TensorBoard needs none: Tune writes its event files beside the trials.
 """
 
 from __future__ import annotations
@@ -47,9 +44,8 @@ def finish(args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
 
 
 def hints(args: SweepArgs, storage: str) -> list[str]:
-    """The commands that show this sweep: TensorBoard on Tune's event files, then each
-    tracker's."""
-    # (No Tune run, no event files: a --done run that had every trial already.)
+    """The commands that show this sweep: TensorBoard on Tune's event files (none where no
+    Tune run was needed), then each tracker's."""
     local = "://" not in storage
     events = not local or any(Path(storage).rglob("events.out.tfevents.*"))
     lines = [f"TensorBoard: tensorboard --logdir {shlex.quote(storage)}"] if events else []

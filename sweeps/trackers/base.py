@@ -1,8 +1,6 @@
-"""What every tracker is: a small class the registry (`sweeps/trackers/__init__.py`) names.
-
-A tracker logs a sweep somewhere else as it runs (Tune callbacks on the driver, so trials
-never talk to it) and, after the analysis, attaches the results, tables and figures. Its
-state in OUT (OUT/<name>.json) lets `--resume` continue the same runs.
+"""What every tracker is. A tracker logs a sweep as it runs (Tune callbacks on the driver, so
+trials never talk to it) and then attaches the results; its state in OUT/<name>.json lets
+`--resume` continue the same runs.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ if TYPE_CHECKING:
 NOT_METRICS = frozenset({"timestamp", "pid", "done", "training_iteration",
                          "iterations_since_restore", "time_since_restore", "epoch",
                          "should_checkpoint", "checkpoint_dir_name", "config"})
-# Grid-point keys that become tags: the method, every registered benchmark's data axes
-# (each benchmark has some of them), lam, K and seed.
+# Grid-point keys that become tags.
 TAG_KEYS = ("method", *DATA_AXES, "lam", "K", "seed")
 
 
@@ -38,15 +35,12 @@ def number(value: object) -> bool:
 
 
 def metrics_of(result: dict) -> dict[str, float]:
-    """The trial's own metrics in one Tune result."""
     return {k: float(v) for k, v in result.items() if k not in NOT_METRICS and number(v)}
 
 
 def grid_points(trial) -> list[tuple[str, dict]]:
-    """(key, flat config) of each grid point a Tune trial trains: itself, or each member of a
-    `--bundle` trial (unbiased/trial.py). The key is the point's record's
-    (trainables/record.py), as results.parquet's trial_id: every launch of a sweep logs a
-    point into the same run, whatever id Tune gives its trial."""
+    """(key, flat config) of each grid point a Tune trial trains. The key is its record's,
+    not Tune's trial id: every launch of a sweep logs a point into the same run."""
     from trainables.record import trial_key
     from unbiased.trial import MEMBERS_KEY, member_configs
 
@@ -59,8 +53,7 @@ def grid_points(trial) -> list[tuple[str, dict]]:
 
 
 def member_result(result: dict, index: int) -> dict | None:
-    """A bundle member's part of a trial's result (its keys without their "m<i>/"), None when
-    it reported nothing this epoch (it diverged earlier)."""
+    """A bundle member's part of a trial's result, None once it has diverged."""
     from unbiased.trial import member_key
 
     prefix = f"{member_key(index)}/"
@@ -81,14 +74,12 @@ class Tracker:
         return self.name in args.tracker
 
     def state(self, out: Path) -> dict | None:
-        """What start() recorded in OUT/<name>.json, or None."""
         path = out / f"{self.name}.json"
         return json.loads(path.read_text()) if path.is_file() else None
 
     def resumed(self, args: SweepArgs, where: str) -> dict | None:
-        """On --resume, the sweep's recorded state, this tracker added to args.tracker when
-        the sweep was started with it (its runs go on); None for a new sweep. `where` names
-        what it logs to, for the message."""
+        """On --resume, the recorded state, this tracker added to args.tracker when the sweep
+        was started with it; None for a new sweep. `where` names what it logs to."""
         previous = self.state(args.out) if args.resume else None
         if args.resume and previous is None and self.name in args.tracker:
             raise SweepError(f"--tracker {self.name} on --resume: the sweep in {args.out} "
@@ -104,11 +95,9 @@ class Tracker:
         """Raise SweepError (one line naming the extra) when asked for but not installed."""
 
     def start(self, args: SweepArgs, experiment: str) -> None:
-        """Before Ray: create (or on --resume find) the sweep's runs; a sweep started with
-        this tracker adds it to args.tracker on --resume."""
+        """Before Ray: create (or on --resume find) the sweep's runs."""
 
     def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-        """Tune callbacks that log every trial as it reports."""
         return []
 
     def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:

@@ -1,14 +1,7 @@
-"""`--tracker mlflow`: the sweep logged to MLflow as it runs.
-
-One MLflow experiment per sweep (named after OUT), one parent run for the sweep and, nested
-under it, one run per trial: the trial's flat config as params, every metric it reports as a
-per-epoch history (step = epoch), tags for its grid point. After the analysis the parent run
-gets the tables, results and figures as artifacts and every trial run its `selected_epoch`.
-
-A Tune callback logs on the driver (trials never talk to MLflow, so a cluster needs no MLflow
-on its workers), through MLflow's own client; a later launch of the sweep continues its
-points' runs. The parent run's id is kept in
-OUT/mlflow.json, so `--resume` and the analysis find the same runs.
+"""`--tracker mlflow`: one MLflow experiment per sweep (named after OUT), a parent run for the
+sweep and, nested under it, a run per trial (flat config as params, metrics with step = epoch,
+grid-point tags); after the analysis the parent run gets the outputs as artifacts. The parent
+run's id is kept in OUT/mlflow.json, so `--resume` continues the same runs.
 """
 
 from __future__ import annotations
@@ -44,7 +37,6 @@ class MLflowTracker(Tracker):
     name = "mlflow"
 
     def check_installed(self, args: SweepArgs) -> None:
-        """`--tracker mlflow` without MLflow: one line naming the extra, before Ray starts."""
         try:
             import mlflow  # noqa: F401
         except ImportError:
@@ -52,8 +44,6 @@ class MLflowTracker(Tracker):
                              ) from None
 
     def start(self, args: SweepArgs, experiment: str) -> None:
-        """Create (or on --resume find) the sweep's MLflow experiment and parent run; record
-        them in OUT/mlflow.json. A sweep started with mlflow logs to it on --resume too."""
         if args.resume and args.tracking_uri and (self.state(args.out) or {}).get(
                 "tracking_uri", args.tracking_uri) != args.tracking_uri:
             raise SweepError(f"--tracking-uri {args.tracking_uri}: the sweep in {args.out} "
@@ -95,15 +85,12 @@ class MLflowTracker(Tracker):
             "parent_run_id": parent.info.run_id}, indent=2))
 
     def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-        """The Tune callback that logs every trial (none before start())."""
         state = self.state(args.out)
         if state is None:
             return []
         return [_trial_runs_callback()(state, param_keys)]
 
     def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
-        """After the analysis: each trial run's selected epoch and status as tags, the sweep's
-        results, tables and figures as artifacts of the parent run, which ends."""
         state = self.state(args.out)
         if state is None:
             return
@@ -130,7 +117,6 @@ class MLflowTracker(Tracker):
         client.set_terminated(parent, status="FINISHED")
 
     def hints(self, args: SweepArgs) -> list[str]:
-        """The command that opens the MLflow UI on the sweep's store."""
         state = self.state(args.out)
         if state is None:
             return []
@@ -148,10 +134,8 @@ def _trial_runs_callback():
     from ray.tune.logger import LoggerCallback
 
     class TrialRuns(LoggerCallback):
-        """One MLflow run per grid point (a trial's, or each member of a `--bundle` trial's),
-        nested under the sweep's run, tagged with its key (results.parquet's trial_id): a
-        later launch of the sweep finds the point's run again and logs only the epochs it
-        lacks (a restarted trial tells Tune its restored rows again)."""
+        """One MLflow run per grid point, tagged with its key: a later launch finds the
+        point's run again and logs only the epochs it lacks."""
 
         def __init__(self, state: dict, param_keys: tuple[str, ...]) -> None:
             self.state, self.param_keys = state, param_keys

@@ -1,18 +1,9 @@
-"""`--tracker wandb`: the sweep logged to Weights & Biases as it runs.
-
-One W&B project per sweep (`--wandb-project`, default the name of OUT), one run per trial
-(each member of a `--bundle` trial has its own),
-all grouped under the sweep (group = the name of OUT), each run's id its Tune trial id: its
-flat config, tags for its grid point (`method=mi_backprop`, `sigma=0.03`, ... as MLflow's),
-every metric it reports per epoch (step = epoch; an epoch without a value has no point).
-After the analysis a summary run of the group (job type `analysis`) holds the results, tables
-and figures as one artifact, `table.parquet` as a W&B table, and each trial's selected epoch.
-
-A Tune callback logs on the driver, from one thread for all runs (workers need no wandb, and
-a trial costs no process of its own). The run files go to OUT/wandb. `WANDB_MODE=offline`
-needs no account: the driver's last lines say how to upload them (`wandb sync`). `--resume`
-continues the same runs (same ids, `resume="allow"`); an epoch a trial re-runs after a stop is
-not logged twice (W&B keeps steps increasing). OUT/wandb.json keeps the project and group.
+"""`--tracker wandb`: one W&B project per sweep (`--wandb-project`, default the name of OUT),
+a run per grid point grouped under the sweep (flat config, grid-point tags, metrics with
+step = epoch), and after the analysis a summary run holding the outputs. The driver logs from
+one thread for all runs, so workers need no wandb and a trial costs no process of its own.
+`--resume` continues the same runs (same ids; W&B keeps steps increasing, so a re-run epoch is
+not logged twice). OUT/wandb.json keeps the project and group.
 """
 
 from __future__ import annotations
@@ -36,9 +27,7 @@ if TYPE_CHECKING:
 
 STATE_FILE = "wandb.json"
 EXTRA = "pip install 'unbiased-mi[wandb]' (in a checkout: pip install -e '.[wandb]')"
-# How long the driver waits at the end for the runs to be closed (offline: seconds; online: the
-# upload of the last epochs).
-UPLOAD_TIMEOUT_S = 300
+UPLOAD_TIMEOUT_S = 300  # the runs' closing at the end (online: the last epochs' upload)
 RUN_DIR = "wandb"  # under OUT: wandb.init(dir=OUT) keeps its runs in OUT/wandb
 
 
@@ -46,8 +35,7 @@ class WandbTracker(Tracker):
     name = "wandb"
 
     def check_installed(self, args: SweepArgs) -> None:
-        """wandb installed, and online an API key (Ray's callback would fail only once the
-        trials start)."""
+        """wandb installed, and online an API key (else the callback fails once trials run)."""
         try:
             import wandb
         except ImportError:
@@ -84,8 +72,7 @@ class WandbTracker(Tracker):
         return [] if state is None else [_trial_runs_callback()(state, param_keys)]
 
     def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
-        """The summary run: the written files as one artifact, table.parquet as a W&B table,
-        each trial's selected epoch and status in its summary."""
+        """The summary run: the outputs as one artifact, table.parquet as a W&B table."""
         state = self.state(args.out)
         if state is None:
             return
@@ -126,11 +113,9 @@ class WandbTracker(Tracker):
 
 
 class RunWriter:
-    """The W&B runs of a sweep's trials, written by one thread of the driver in the order they
-    were queued. Tune's loop only queues (online, a wandb.init is a request to the server),
-    and every run is one of the open runs of this process (reinit="create_new"), all through
-    one wandb-core: no process a trial. A run that cannot be started or written is a warning
-    line, not a failed sweep."""
+    """The W&B runs of a sweep's trials, written by one driver thread in queue order: Tune's
+    loop only queues (online, a wandb.init is a request to the server). A run that cannot be
+    written is a warning line, not a failed sweep."""
 
     def __init__(self) -> None:
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
@@ -138,7 +123,6 @@ class RunWriter:
         self._thread.start()
 
     def start(self, run_id: str, **init_kwargs) -> None:
-        """Open run `run_id` (wandb.init arguments; an open run is left as it is)."""
         self._tasks.put(("start", run_id, init_kwargs))
 
     def log(self, run_id: str, metrics: dict[str, float], step: int) -> None:
@@ -148,8 +132,8 @@ class RunWriter:
         self._tasks.put(("finish", run_id, None))
 
     def close(self, timeout_s: float) -> bool:
-        """Finish every open run and wait (at most `timeout_s`) until wandb-core has written
-        them out and exited; False if it had not by then."""
+        """Finish every open run and wait until wandb-core has written them out and exited;
+        False if it had not by `timeout_s`."""
         self._tasks.put(None)
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
@@ -188,9 +172,7 @@ def _trial_runs_callback():
     from ray.tune.logger import LoggerCallback
 
     class TrialRuns(LoggerCallback):
-        """One W&B run per grid point (a trial, or each member of a `--bundle` trial), id =
-        its id in results.parquet, config = its flat config, grid-point tags; each epoch's
-        metrics at step = the epoch."""
+        """One W&B run per grid point, its id the point's trial_id in results.parquet."""
 
         def __init__(self, state: dict, param_keys: tuple[str, ...]) -> None:
             self.state = state
@@ -216,7 +198,8 @@ def _trial_runs_callback():
                     run_id, name=name or run_id, resume="allow", allow_val_change=True,
                     group=state["group"], project=state["project"], dir=state["dir"],
                     job_type="trial", tags=[f"{k}={v}" for k, v in tags_of(config).items()],
-                    config={k: v for k, v in config.items() if _plain(v)},
+                    config={k: v for k, v in config.items() if v is None or isinstance(
+                        v, str | int | float | bool | list | tuple | dict)},
                     # Every run is in the driver: the system metrics would be the driver
                     # node's, and its console output in every run.
                     settings={"console": "off", "x_disable_stats": True})
@@ -241,8 +224,7 @@ def _trial_runs_callback():
                     self.writer.finish(run_id)
 
         def on_experiment_end(self, trials, **info) -> None:
-            """Every run finished and written out, also when a signal stopped the sweep
-            (which ends no trial)."""
+            """Every run finished, also when a signal stopped the sweep (it ends no trial)."""
             if self.writer is not None and not self.writer.close(UPLOAD_TIMEOUT_S):
                 print(f"warning: W&B runs not closed after {UPLOAD_TIMEOUT_S} s; their run "
                       f"files in {Path(self.state['dir']) / RUN_DIR} may lack the last epochs",
@@ -259,5 +241,3 @@ def _logged_in(wandb) -> bool:
         return False
 
 
-def _plain(value: object) -> bool:
-    return value is None or isinstance(value, str | int | float | bool | list | tuple | dict)
