@@ -3,19 +3,13 @@ rows every K and method share, and a selection rule's choice among a group's lam
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
-from analysis.results import (
-    LAM_ATOL,
-    MI_METHOD,
-    excluded_mask,
-)
-from analysis.selection import (
-    Choice,
-    NoCandidateError,
-    SelectionRule,
-)
+from analysis.results import LAM_ATOL, MI_METHOD, excluded_mask
+from analysis.selection import Choice, NoCandidateError, SelectionRule
 
 
 def same_value(series: pd.Series, value: float | str | None) -> pd.Series:
@@ -23,6 +17,13 @@ def same_value(series: pd.Series, value: float | str | None) -> pd.Series:
         return series == value if value is not None else series.isna()
     return pd.Series(np.isclose(series.astype(float), float(value), rtol=0.0, atol=LAM_ATOL,
                                 equal_nan=True), index=series.index)
+
+
+def rows_at(frame: pd.DataFrame, where: Iterable[tuple[str, object]]) -> pd.DataFrame:
+    """The rows of `frame` whose columns hold the given values (lambda-style tolerance)."""
+    for key, value in where:
+        frame = frame[same_value(frame[key], value)]
+    return frame
 
 
 def kept_rows(finals: pd.DataFrame) -> pd.DataFrame:
@@ -45,8 +46,7 @@ def neural_methods(frame: pd.DataFrame) -> list[str]:
 
 def erm_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The lam = 0 rows of `frame`: plain ERM whatever the method, so a sweep of several
-    methods runs it once (under the first method) and every method's group shares it.
-    mi_backprop's when it has any, else the first method's that has some."""
+    methods runs it once and every method's group shares it (mi_backprop's when it has any)."""
     zero = frame[np.isclose(frame["lam"].astype(float), 0.0, rtol=0.0, atol=LAM_ATOL)]
     for method in neural_methods(zero):
         rows = zero[zero["method"] == method]

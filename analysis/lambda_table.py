@@ -10,20 +10,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells import DASH, Cell, fmt_num, md_table
-from analysis.groups import chosen, same_value, with_shared_erm
-from analysis.results import (
-    LAM_ATOL,
-    MI_METHOD,
-    group_keys,
-    lam_label,
-    per_lambda,
-    spearman,
-)
-from analysis.selection import (
-    SelectionRule,
-    mi_column,
-)
-from analysis.specs import BENCHMARK_METRICS, METRIC_LABELS, data_labels
+from analysis.groups import chosen, rows_at, with_shared_erm
+from analysis.results import LAM_ATOL, MI_METHOD, lam_label, per_lambda, spearman
+from analysis.selection import SelectionRule, mi_column
+from analysis.specs import BENCHMARK_METRICS, METRIC_LABELS, data_labels, present_axes
 
 
 def _sub_label(key: dict[str, object]) -> str:
@@ -36,16 +26,12 @@ def _groups(finals: pd.DataFrame, bench: str, K: int) -> list[tuple[str, pd.Data
     shared ERM rows of its sigma / train split (run once under another method)."""
     neural = finals[(finals["benchmark"] == bench) & finals["lam"].notna()]
     g = neural[neural["K"] == K]
-    keys = [k for k in group_keys(g) if k not in ("benchmark", "K")]
-    data_keys = [k for k in keys if k != "method"]
+    keys = ["method", *present_axes(g.columns)]
     out = []
     for values, sub in g.groupby(keys, dropna=False, sort=True):
         key = dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True))
-        same = neural
-        for k in data_keys:
-            same = same[same_value(same[k], key[k])]
-        sub = with_shared_erm(sub, same)
-        out.append((_sub_label(key), sub))
+        same = rows_at(neural, ((k, key[k]) for k in keys if k != "method"))
+        out.append((_sub_label(key), with_shared_erm(sub, same)))
     return out
 
 

@@ -16,26 +16,13 @@ from analysis.groups import (
     kept_rows,
     method_group,
     neural_methods,
-    same_value,
+    rows_at,
     with_shared_erm,
 )
 from analysis.published import PublishedRow
-from analysis.results import (
-    LAM_ATOL,
-    MI_METHOD,
-    lam_label,
-    with_lam,
-)
-from analysis.selection import (
-    Choice,
-    SelectionRule,
-)
-from analysis.specs import (
-    Column,
-    ColumnAxis,
-    TableSpec,
-    axis_label,
-)
+from analysis.results import LAM_ATOL, MI_METHOD, lam_label, with_lam
+from analysis.selection import Choice, SelectionRule
+from analysis.specs import Column, ColumnAxis, TableSpec, axis_label
 
 
 def _fixed_cell(bench: str, block: str, row: str, column: str, group: pd.DataFrame,
@@ -83,13 +70,6 @@ def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
     return cells
 
 
-def _rows_of(frame: pd.DataFrame, where: Sequence[tuple[str, object]]) -> pd.DataFrame:
-    """The rows of `frame` whose columns hold the given values (lambda-style tolerance)."""
-    for key, value in where:
-        frame = frame[same_value(frame[key], value)]
-    return frame
-
-
 def table_columns(spec: TableSpec, neural: pd.DataFrame) -> list[Column]:
     """The spec's columns; an axis gives one per value among the benchmark's neural rows, the
     metric resolved to the first candidate the rows have."""
@@ -119,10 +99,10 @@ def _our_cells(spec: TableSpec, block: str, column: Column, mi: pd.DataFrame,
     """Our cells of one column of one block: each baseline, ERM, the paper's lambda and each
     rule for mi_backprop (`mi`: its rows of the block's K), then every other method."""
     bench, metric = spec.benchmark, column.metric[0]
-    gs, ns = _rows_of(mi, column.where), _rows_of(neural, column.where)
+    gs, ns = rows_at(mi, column.where), rows_at(neural, column.where)
     cells = []
     for label, base in baselines:
-        base = _rows_of(base, column.where)
+        base = rows_at(base, column.where)
         if len(base):
             mean, std, n = stat(base, metric)
             cells.append(Cell(bench, block, label, column.label, mean, std, n, "ours",

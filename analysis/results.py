@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.specs import AXIS_KINDS, BENCHMARK_METRICS, TABLE_SPECS, present_axes
+from analysis.specs import AXIS_KINDS, BENCHMARK_METRICS, TABLE_SPECS
 from unbiased.stopping import FLOOR_MARGIN_NATS
 
 RESULTS_FILE = "results.parquet"
@@ -60,9 +60,6 @@ MI_METHOD = "mi_backprop"
 RUNAWAY_NATS = -5.0
 # Statuses of trials that ran to the end but carry a warning start with this.
 OK_WARNING = "ok; "
-# The keys that make one selection group, plus the registered benchmarks' data axes the rows
-# have (each value of one is a group of its own).
-GROUP_KEYS: tuple[str, ...] = ("benchmark", "K", "method")
 # Metrics averaged per lambda when present.
 METRICS: tuple[str, ...] = tuple(dict.fromkeys(
     ("test_acc", "train_acc", "mi", "mi_eval", "mi_eval_cond", *BENCHMARK_METRICS,
@@ -142,11 +139,6 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ResultsError(f"{RESULTS_FILE}: cannot read ({first})") from None
     return validate(df)
-
-
-def group_keys(df: pd.DataFrame) -> list[str]:
-    """Columns that identify one selection group in `df`."""
-    return [*GROUP_KEYS, *present_axes(df.columns)]
 
 
 def _nonfinite(value: object) -> bool:
