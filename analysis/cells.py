@@ -12,9 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import published
-from analysis.results import (
-    lam_label,
-)
+from analysis.results import lam_label
 
 TIDY_COLUMNS = ["benchmark", "block", "row", "column", "mean", "std", "n", "source", "rule",
                 "lam"]

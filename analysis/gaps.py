@@ -8,9 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from analysis.cells import DASH, Cell, md_table, partners
-from analysis.specs import (
-    TableSpec,
-)
+from analysis.specs import TableSpec
 
 
 class _Fields(dict):

@@ -9,12 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from analysis.cells import DASH, fmt_num, md_table
-from analysis.results import (
-    OK_WARNING,
-    excluded_mask,
-    lam_label,
-    selected_mask,
-)
+from analysis.results import OK_WARNING, excluded_mask, lam_label, selected_mask
 from analysis.specs import DATA_AXES, axis_value_label, data_labels
 
 
