@@ -17,8 +17,6 @@ picks in it. The rules:
   al.'s, SubpopBench's), ties to `val_acc`. It reads the bias label of validation rows.
 - `oracle`: the highest test accuracy. It peeks at test labels: an upper bound, never a
   method's result.
-
-Everything here reads result rows (results.parquet or exported CSVs): no torch.
 """
 
 from __future__ import annotations
@@ -32,7 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.results import excluded_mask
+from analysis.io import atomic_write_parquet, atomic_write_text
+from analysis.results import estimator_failed, excluded_mask
 
 # The columns each cell reports, where the rows have them (Biased MNIST adds biased_acc).
 REPORTED = ("test_acc", "test_worst_acc", "biased_acc")
@@ -90,13 +89,8 @@ class ComparisonError(ValueError):
 def load_rows(paths: Sequence[str | Path]) -> pd.DataFrame:
     """Per-epoch rows from results directories (results.parquet) or exported CSVs, in one
     frame; a row seen twice (the same trial and epoch) is kept once."""
-    frames = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            frames.append(pd.read_parquet(path / "results.parquet"))
-        else:
-            frames.append(pd.read_csv(path))
-    df = pd.concat(frames, ignore_index=True)
+    df = pd.concat([pd.read_parquet(path / "results.parquet") if path.is_dir()
+                    else pd.read_csv(path) for path in map(Path, paths)], ignore_index=True)
     missing = [c for c in ("arm", "draw", "seed", "epoch") if c not in df.columns]
     if missing:
         raise ComparisonError(f"no column {', '.join(missing)}: not a tuning sweep's rows "
@@ -130,13 +124,8 @@ def _kept(trial: pd.DataFrame) -> bool:
 def picked_rows(df: pd.DataFrame, rule: Rule) -> pd.DataFrame:
     """Each finished, kept trial's row at the epoch `rule` picks in it (a trial without the
     rule's column is left out)."""
-    rows = []
-    for _, trial in _trials(df):
-        if not _kept(trial):
-            continue
-        row = rule.epoch_row(trial)
-        if row is not None:
-            rows.append(row)
+    rows = [row for _, trial in _trials(df)
+            if _kept(trial) and (row := rule.epoch_row(trial)) is not None]
     return pd.DataFrame(rows).reset_index(drop=True)
 
 
@@ -149,7 +138,8 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
                                         train_acc=("train_acc", "mean"))
     per_draw = per_draw[per_draw["value"].notna()]
     if rule.key == "lowest_mi":
-        failed = rows.groupby("draw").apply(_mi_failed, include_groups=False)
+        failed = rows.groupby("draw").apply(lambda g: bool(estimator_failed(g).any()),
+                                            include_groups=False)
         per_draw = per_draw[~failed.reindex(per_draw.index, fill_value=False)]
         best_fit = per_draw["train_acc"].max()
         per_draw = per_draw[per_draw["train_acc"] >= best_fit - tolerance - 1e-12]
@@ -162,22 +152,6 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
     if rule.key == "lowest_mi":
         reason += f" fitting within {tolerance:g} of the best train acc {best_fit:.3f}"
     return draw, reason
-
-
-def _mi_failed(rows: pd.DataFrame) -> bool:
-    from analysis.results import estimator_failed
-
-    return bool(estimator_failed(rows).any())
-
-
-@dataclass(frozen=True)
-class Cell:
-    rule: str
-    arm: str
-    draw: int | None
-    reason: str
-    screen: dict[str, float]
-    rows: dict[str, tuple[float, float, int]]  # metric -> (mean, std, seeds)
 
 
 def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: float = 0.05,
@@ -309,8 +283,6 @@ def arm_labels() -> dict[str, str]:
 def write_comparison(df: pd.DataFrame, out: Path, screen_seeds: Sequence[int] = (0,),
                      tolerance: float = 0.05, command: str = "") -> list[Path]:
     """OUT/comparison.md and comparison.parquet of a tuning sweep's rows (atomically)."""
-    from analysis.io import atomic_write_parquet, atomic_write_text
-
     rows = df[df["arm"].notna()].copy()
     rows["draw"] = rows["draw"].astype(int)
     table = compare(rows, screen_seeds, tolerance)
