@@ -25,31 +25,17 @@ RESULTS_FILE = "results.parquet"
 
 # column -> kind; kinds: "string", "float" (int accepted and widened), "integer".
 REQUIRED_COLUMNS: dict[str, str] = {
-    "experiment": "string",
-    "trial_id": "string",
-    "benchmark": "string",
-    "method": "string",
-    "lam": "float",
-    "K": "integer",
-    "seed": "integer",
-    "epoch": "integer",
-    "mi": "float",
-    "train_acc": "float",
-    "test_acc": "float",
-    "time_s": "float",
-    "mi_eval": "float",
+    "experiment": "string", "trial_id": "string", "benchmark": "string", "method": "string",
+    "lam": "float", "K": "integer", "seed": "integer", "epoch": "integer", "mi": "float",
+    "train_acc": "float", "test_acc": "float", "time_s": "float", "mi_eval": "float",
 }
 # Optional columns are checked only when present; integers among them may also be floats.
 # Besides the generic ones: every registered benchmark's data axes and metrics.
 OPTIONAL_COLUMNS: dict[str, str] = {
     **AXIS_KINDS,
     **{metric: "float" for metric in BENCHMARK_METRICS},
-    "loss_task": "float",
-    "epochs": "float",
-    "mi_eval_cond": "float",
-    "selected_mi_eval": "float",
-    "selected_mi_eval_cond": "float",
-    "status": "string",
+    "loss_task": "float", "epochs": "float", "mi_eval_cond": "float",
+    "selected_mi_eval": "float", "selected_mi_eval_cond": "float", "status": "string",
     "node": "string",
 }
 MI_METHOD = "mi_backprop"
@@ -71,10 +57,6 @@ class ResultsError(ValueError):
     """results.parquet breaks the contract; the message is one line naming the column."""
 
 
-def _is_all_missing(s: pd.Series) -> bool:
-    return bool(s.isna().all())
-
-
 def _check_column(name: str, s: pd.Series, kind: str, strict_int: bool) -> pd.Series:
     dtype = s.dtype
     where = f"{RESULTS_FILE}: column {name!r}"
@@ -84,7 +66,7 @@ def _check_column(name: str, s: pd.Series, kind: str, strict_int: bool) -> pd.Se
                 not is_object or pd.api.types.infer_dtype(s, skipna=True) in ("string",
                                                                                 "empty")):
             return s.astype("object").where(s.notna(), None)
-        if is_object and _is_all_missing(s):
+        if is_object and s.isna().all():
             return s.astype("object")
         raise ResultsError(f"{where} has dtype {dtype}, expected string")
     if pd.api.types.is_bool_dtype(dtype):
@@ -98,7 +80,7 @@ def _check_column(name: str, s: pd.Series, kind: str, strict_int: bool) -> pd.Se
         return s.astype("int64")
     if pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_float_dtype(dtype):
         return pd.Series(s.to_numpy(dtype="float64", na_value=np.nan), index=s.index, name=name)
-    if pd.api.types.is_object_dtype(dtype) and _is_all_missing(s):
+    if pd.api.types.is_object_dtype(dtype) and s.isna().all():
         return pd.Series(np.full(len(s), np.nan), index=s.index, name=name)
     raise ResultsError(f"{where} has dtype {dtype}, expected float")
 
@@ -195,16 +177,11 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=columns)
     ordered = df.sort_values(["trial_id", "epoch"], kind="stable")
-    if "selected" in ordered.columns:
-        # The row a label-free stopping rule chose (one per trial), else the last one.
-        picked = selected_mask(ordered)
-        has_pick = picked.groupby(ordered["trial_id"]).transform("any")
-        last = ~ordered.duplicated("trial_id", keep="last")
-        ordered_final = ordered[(picked & has_pick) | (last & ~has_pick)]
-        finals = ordered_final.groupby("trial_id", sort=True).tail(1)
-    else:
-        finals = ordered.groupby("trial_id", sort=True).tail(1)
-    finals = finals.set_index("trial_id", drop=False)
+    picked = selected_mask(ordered)
+    has_pick = picked.groupby(ordered["trial_id"]).transform("any")
+    last = ~ordered.duplicated("trial_id", keep="last")
+    finals = ordered[(picked & has_pick) | (last & ~has_pick)].groupby(
+        "trial_id", sort=True).tail(1).set_index("trial_id", drop=False)
     mi_methods = methods_reporting_mi(df)
     reasons = {tid: _exclusion_reason(trial, finals.loc[tid], mi_methods)
                for tid, trial in ordered.groupby("trial_id", sort=True)}
