@@ -79,12 +79,8 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def render_block(cells: list[Cell], columns: Sequence[str], corner: str) -> str:
     """A markdown table: rows in order of first appearance, the given columns."""
-    order: list[str] = []
-    grid: dict[tuple[str, str], Cell] = {}
-    for c in cells:
-        if c.row not in order:
-            order.append(c.row)
-        grid[(c.row, c.column)] = c
+    order = list(dict.fromkeys(c.row for c in cells))
+    grid = {(c.row, c.column): c for c in cells}
     body = [[row] + [fmt_cell(grid[(row, col)]) if (row, col) in grid else DASH
                      for col in columns] for row in order]
     return md_table([corner, *columns], body)

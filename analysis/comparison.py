@@ -302,15 +302,11 @@ def _sweep_command(out: Path) -> str:
         words = json.loads((out / "experiment.json").read_text()).get("command", "").split()
     except (OSError, ValueError, AttributeError):
         return ""
-    kept, skip = [], False
-    for word in words:
-        if skip:
-            skip = False
-            continue
+    kept, rest = [], iter(words)
+    for word in rest:
         if word in ("--seeds", "--draw-of", "--arms", "--out"):
-            skip = True
-            continue
-        if word not in ("--resume", "--overwrite"):
+            next(rest, None)  # the flag's value
+        elif word not in ("--resume", "--overwrite"):
             kept.append(word)
     if kept and kept[0].endswith("sweeps/__main__.py"):
         kept[0] = "-m sweeps"

@@ -3,19 +3,13 @@ the published protocol, else the one line that says what the runs are instead.""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 
 from analysis.cells import DASH, Cell, md_table, partners
 from analysis.specs import TableSpec
-
-
-class _Fields(dict):
-    """experiment.json's values for a note; a setting an older record lacks reads "?"."""
-
-    def __missing__(self, key: str) -> str:
-        return "?"
 
 
 def off_protocol(spec: TableSpec, experiment: dict | None) -> str:
@@ -33,8 +27,9 @@ def off_protocol(spec: TableSpec, experiment: dict | None) -> str:
             values.get(key, value) == value for key, value in protocol.settings.items()):
         return ""
     rows = protocol.rows.get(str(values.get("source")))
-    fields = _Fields({**values, "preset": preset,
-                      "train_rows": f"{rows:,}" if rows is not None else "?"})
+    # a setting an older record lacks reads "?"
+    fields = defaultdict(lambda: "?", {**values, "preset": preset,
+                                       "train_rows": f"{rows:,}" if rows is not None else "?"})
     return protocol.notes.get(preset, protocol.other).format_map(fields) + "\n"
 
 

@@ -21,7 +21,7 @@ from analysis.groups import (
 )
 from analysis.published import PublishedRow
 from analysis.results import LAM_ATOL, MI_METHOD, lam_label, with_lam
-from analysis.selection import Choice, SelectionRule
+from analysis.selection import SelectionRule
 from analysis.specs import Column, ColumnAxis, TableSpec, axis_label
 
 
@@ -33,19 +33,13 @@ def _fixed_cell(bench: str, block: str, row: str, column: str, group: pd.DataFra
 
 
 def _rule_cell(bench: str, block: str, column: str, group: pd.DataFrame, rule: SelectionRule,
-               metric: str, choice: Choice | None = None, label: str = "Ours") -> Cell:
+               metric: str, label: str = "Ours") -> Cell:
     row = f"{label}, {rule.name}"
-    choice = choice if choice is not None else chosen(rule, group)
+    choice = chosen(rule, group)
     if choice is None:
         return Cell(bench, block, row, column, math.nan, math.nan, 0, "ours", rule.name)
     mean, std, n = stat(with_lam(group, choice.lam), metric)
     return Cell(bench, block, row, column, mean, std, n, "ours", rule.name, choice.lam)
-
-
-def _published_cell(bench: str, block: str, row: str, column: str,
-                    value: tuple[float, float]) -> Cell:
-    return Cell(bench, block, f"{row} (published)", column, value[0], value[1], None,
-                "published", "")
 
 
 def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
@@ -147,8 +141,8 @@ def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[Selection
         g = mi[mi["K"] == K] if K is not None else mi
         ours = [c for col in columns
                 for c in _our_cells(spec, block, col, g, neural, baselines, rules)]
-        paper = [_published_cell(bench, block, p.row, col.label, value)
-                 for p in spec.published for col in columns
+        paper = [Cell(bench, block, f"{p.row} (published)", col.label, value[0], value[1],
+                      None, "published", "") for p in spec.published for col in columns
                  if (value := published_value(spec, p, col)) is not None]
         block_cells = paired(ours + paper)
         cells += block_cells

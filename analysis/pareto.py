@@ -9,7 +9,6 @@ along for reporting only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +25,11 @@ FRONT_COLUMNS = ["trial_id", "lam", "K", "mi_eval", "train_acc", "test_acc", "mi
                  "rule", "reason"]
 
 
-def pareto_mask(frame: pd.DataFrame,
-                objectives: Sequence[tuple[str, str]] = OBJECTIVES) -> pd.Series:
+def pareto_mask(frame: pd.DataFrame) -> pd.Series:
     """True for the rows no other row dominates. Rows with a non-finite objective are never on
     the front (and dominate nothing)."""
-    signs = np.array([1.0 if mode == "min" else -1.0 for _, mode in objectives])
-    values = frame[[col for col, _ in objectives]].to_numpy(dtype=float) * signs
+    signs = np.array([1.0 if mode == "min" else -1.0 for _, mode in OBJECTIVES])
+    values = frame[[col for col, _ in OBJECTIVES]].to_numpy(dtype=float) * signs
     finite = np.isfinite(values).all(axis=1)
     mask = np.zeros(len(frame), dtype=bool)
     pool = values[finite]
@@ -54,12 +52,9 @@ def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.
     kept = finals[~excluded_mask(finals)]
     fronts = []
     for _, study in kept.groupby(_study_key(kept), dropna=False, sort=True):
-        front = study[pareto_mask(study)].copy()
+        front = study[pareto_mask(study)].assign(chosen=False, rule="", reason="")
         if front.empty:
             continue
-        front["chosen"] = False
-        front["rule"] = ""
-        front["reason"] = ""
         choice = rule.choose(front)
         at = front[np.isclose(front["lam"].astype(float), choice.lam, rtol=0.0, atol=1e-12)]
         best = at["mi_eval"].astype(float).idxmin()
@@ -68,11 +63,8 @@ def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.
     study = _study_key(kept)
     if not fronts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in [*study, *FRONT_COLUMNS]})
-    out = pd.concat(fronts, ignore_index=True)
-    for col in FRONT_COLUMNS:
-        if col not in out.columns:
-            out[col] = np.nan
-    out = out[[*study, *FRONT_COLUMNS]].astype({"chosen": bool, "rule": "string",
+    out = pd.concat(fronts, ignore_index=True).reindex(columns=[*study, *FRONT_COLUMNS])
+    out = out.astype({"chosen": bool, "rule": "string",
                                                 "reason": "string", "trial_id": "string"})
     order = [k for k in study if k != "benchmark"]
     return out.sort_values([*order, "mi_eval"]).reset_index(drop=True)
