@@ -1,13 +1,7 @@
 """Ablations of mi_backprop at a fixed lambda: over K (digits' k_ablation_* presets, the paper's
-supplementary) or over our two critic options (digits' critic_ablation_* presets).
-
-`ablation_axis(df)` names what varies (None: not an ablation); `ablation_section` is the
-table.md section (one row per data point (each data axis the trials have), lambda and value of
-the ablated axis, mean ± std over seeds);
-`ablation_figure` draws training loss, training accuracy, test accuracy and the fresh MI
-estimate by epoch per value (mean, shaded min-max over seeds), as the supplementary's K
-figure does for the first two.
-"""
+supplementary) or over our two critic options (digits' critic_ablation_* presets). The figure
+draws by epoch what the supplementary's K figure draws (training loss and accuracy), plus test
+accuracy and the fresh MI estimate."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Pareto front of a multi-objective search (sweeps/lambda_search.py) and the lowest-MI rule on it.
 
-The search minimises `mi_eval` and maximises `train_acc`, both label-free for the bias (no test
-labels, no unbiased validation set). A trial is on the front when no other trial of its study
-is at least as good on both objectives and better on one. The lowest-MI rule
-(`analysis.selection.LowestMI`) then picks one front trial per study; `test_acc` is carried
-along for reporting only.
+Both objectives are label-free for the bias (no test labels, no unbiased validation set);
+`test_acc` is carried along for reporting only.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from analysis.selection import LowestMI, SelectionRule
 from analysis.specs import data_labels, valued_axes
 
 OBJECTIVES: tuple[tuple[str, str], ...] = (("mi_eval", "min"), ("train_acc", "max"))
-# A study is one (benchmark, each data axis the rows have, seed).
 FRONT_COLUMNS = ["trial_id", "lam", "K", "mi_eval", "train_acc", "test_acc", "mi", "chosen",
                  "rule", "reason"]
 
@@ -41,7 +37,6 @@ def pareto_mask(frame: pd.DataFrame) -> pd.Series:
 
 
 def _study_key(frame: pd.DataFrame) -> list[str]:
-    """benchmark, each data axis the rows have a value of, seed."""
     return [k for k in ("benchmark", *valued_axes(frame), "seed") if k in frame.columns]
 
 

@@ -1,10 +1,6 @@
-"""Select on some seeds, report on fresh ones (DomainBed's protocol).
-
-`picks` lists, per selection group of a finished sweep, the lambda each label-free rule chose
-(and ERM, lambda = 0, as the reference every table compares against); `python -m sweeps rerun`
-runs those configurations with new seeds, and `rerun_table` reports them beside the numbers
-they were chosen on, naming the sweep and the rule each row came from.
-"""
+"""Select on some seeds, report on fresh ones (DomainBed's protocol): `picks` of a finished
+sweep's label-free rules (and ERM, the reference), which `python -m sweeps rerun` runs with new
+seeds, and `rerun_table` reports beside the numbers they were chosen on."""
 
 from __future__ import annotations
 

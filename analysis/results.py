@@ -1,13 +1,11 @@
-"""Read and check `results.parquet`, and reduce it to final-epoch rows per trial.
+"""Read and check `results.parquet` (docs/DESIGN.md, "Results contract"), and reduce it to one
+final row per trial.
 
-The contract (docs/DESIGN.md, "Results contract"): one row per trial and epoch. A trial's final row
-is its row marked `selected` (a label-free stopping rule's epoch), else its row with the largest
-epoch. A trial is *excluded* (diverged or failed) when its `status`
-starts with "diverged" or "error", or its final `mi` / `train_acc` / `loss_task` is NaN or inf
-(`mi` and `loss_task` are only checked for rows with a lambda; `mi` only for methods that
-report a finite one somewhere in the results, as methods without an MI estimator of their own
-report NaN; `loss_task` only when the trial recorded it at all). Excluded trials are listed, never
-averaged or chosen.
+A trial is *excluded* (diverged or failed) when its `status` starts with "diverged" or "error",
+or its final `mi` / `train_acc` / `loss_task` is NaN or inf (`mi` and `loss_task` only for rows
+with a lambda; `mi` only for methods that report a finite one somewhere, as methods without an
+MI estimator of their own report NaN; `loss_task` only where the trial recorded it). Excluded
+trials are listed, never averaged or chosen.
 """
 
 from __future__ import annotations
@@ -87,7 +85,7 @@ def _check_column(name: str, s: pd.Series, kind: str, strict_int: bool) -> pd.Se
 
 def validate(df: pd.DataFrame) -> pd.DataFrame:
     """Check columns and dtypes; return a copy with normalised dtypes (object strings,
-    float64, int64). Raises ResultsError with a one-line message naming the column."""
+    float64, int64)."""
     out = df.copy()
     for name, kind in REQUIRED_COLUMNS.items():
         if name not in out.columns:
@@ -107,11 +105,7 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_results(results_dir: str | Path) -> pd.DataFrame:
-    """Read `results_dir/results.parquet` and validate it.
-
-    Raises FileNotFoundError when the file is missing and ResultsError when it is unreadable or
-    breaks the contract.
-    """
+    """Read `results_dir/results.parquet` and validate it (FileNotFoundError, ResultsError)."""
     path = Path(results_dir) / RESULTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
@@ -234,8 +228,7 @@ def critic_warning(trial: pd.DataFrame) -> str:
 
 
 def excluded_mask(finals: pd.DataFrame) -> pd.Series:
-    """Which final rows are diverged/failed. Works on frames with or without the `excluded`
-    column made by `final_rows` (then it checks status and non-finite values itself)."""
+    """Which final rows are diverged/failed, also on frames without `final_rows`' `excluded`."""
     if "excluded" in finals.columns:
         return finals["excluded"].astype(bool)
     mask = pd.Series(False, index=finals.index)
@@ -253,15 +246,11 @@ def excluded_mask(finals: pd.DataFrame) -> pd.Series:
 
 
 def per_lambda(finals: pd.DataFrame) -> pd.DataFrame:
-    """Aggregate the kept final rows of one group per lambda (sorted ascending; a lambda whose
-    trials were all excluded has n == 0 and NaN metrics).
-
-    Columns: `lam`, `n` (kept trials), `n_excluded`, `n_failed` (kept trials whose fresh
-    estimate failed, `estimator_failed`; only when `finals` has that column made by
-    `final_rows`), and for each metric present `<m>`
-    (mean over seeds, skipping NaN) and `<m>_std` (pandas default ddof=1) and `<m>_n` (seeds
-    with a value). `mi_eval` is NaN for a lambda unless every kept seed has one.
-    """
+    """The kept final rows of one group per lambda (ascending; a lambda whose trials were all
+    excluded has n == 0 and NaN metrics): `lam`, `n`, `n_excluded`, `n_failed` (kept trials
+    whose fresh estimate failed, where `finals` says), and per metric `<m>` (mean, skipping
+    NaN), `<m>_std` (ddof=1), `<m>_n`. `mi_eval` is NaN for a lambda unless every kept seed
+    has one."""
     excluded = excluded_mask(finals)
     kept = finals[~excluded]
     lams = sorted(set(finals["lam"].dropna().astype(float)))
