@@ -95,9 +95,7 @@ def load_rows(paths: Sequence[str | Path]) -> pd.DataFrame:
     if missing:
         raise ComparisonError(f"no column {', '.join(missing)}: not a tuning sweep's rows "
                               f"(the `tune` presets, --arms)")
-    df = df[df["arm"].notna()].copy()
-    df["draw"] = df["draw"].astype(int)
-    df["seed"] = df["seed"].astype(int)
+    df = df[df["arm"].notna()].astype({"draw": int, "seed": int})
     keys = [c for c in ("benchmark", *DATA_AXES, "arm", "draw", "seed", "epoch")
             if c in df.columns]
     return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
@@ -107,10 +105,9 @@ def _point_keys(df: pd.DataFrame) -> list[str]:
     return [c for c in ("benchmark", *DATA_AXES) if c in df.columns and df[c].notna().any()]
 
 
-def _trials(df: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+def _trials(df: pd.DataFrame) -> list[pd.DataFrame]:
     keys = [*_point_keys(df), "arm", "draw", "seed"]
-    return [(k if isinstance(k, tuple) else (k,), g.sort_values("epoch"))
-            for k, g in df.groupby(keys, sort=True, dropna=False)]
+    return [g.sort_values("epoch") for _, g in df.groupby(keys, sort=True, dropna=False)]
 
 
 def _kept(trial: pd.DataFrame) -> bool:
@@ -124,7 +121,7 @@ def _kept(trial: pd.DataFrame) -> bool:
 def picked_rows(df: pd.DataFrame, rule: Rule) -> pd.DataFrame:
     """Each finished, kept trial's row at the epoch `rule` picks in it (a trial without the
     rule's column is left out)."""
-    rows = [row for _, trial in _trials(df)
+    rows = [row for trial in _trials(df)
             if _kept(trial) and (row := rule.epoch_row(trial)) is not None]
     return pd.DataFrame(rows).reset_index(drop=True)
 
@@ -182,9 +179,7 @@ def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: flo
                 row.update(draw=draw, reason=reason,
                            settings=_settings(screen, draw),
                            row_seeds=",".join(str(s) for s in sorted(on_rows["seed"])))
-                for metric in REPORTED:
-                    if metric not in chosen.columns:
-                        continue
+                for metric in (m for m in REPORTED if m in chosen.columns):
                     row[f"screen_{metric}"] = float(on_screen[metric].mean())
                     values = on_rows[metric].dropna()
                     row[f"{metric}_mean"] = float(values.mean()) if len(values) else math.nan
@@ -274,23 +269,17 @@ def rows_flags(table: pd.DataFrame) -> str:
         f"--draw-of {arm}={','.join(map(str, sorted(draws)))}" for arm, draws in picks.items())])
 
 
-def arm_labels() -> dict[str, str]:
-    from unbiased.search import ARMS
-
-    return {name: arm.label for name, arm in ARMS.items()}
-
-
 def write_comparison(df: pd.DataFrame, out: Path, screen_seeds: Sequence[int] = (0,),
                      tolerance: float = 0.05, command: str = "") -> list[Path]:
     """OUT/comparison.md and comparison.parquet of a tuning sweep's rows (atomically)."""
-    rows = df[df["arm"].notna()].copy()
-    rows["draw"] = rows["draw"].astype(int)
+    from unbiased.search import ARMS
+
+    rows = df[df["arm"].notna()].astype({"draw": int})
     table = compare(rows, screen_seeds, tolerance)
     if table.empty:
         return []
-    if not command:
-        command = _sweep_command(out)
-    text = comparison_markdown(table, arm_labels(), command,
+    labels = {name: arm.label for name, arm in ARMS.items()}
+    text = comparison_markdown(table, labels, command or _sweep_command(out),
                                _row_seeds(rows, screen_seeds))
     return [atomic_write_text(out / "comparison.md", text),
             atomic_write_parquet(table, out / "comparison.parquet")]
@@ -315,9 +304,7 @@ def _sweep_command(out: Path) -> str:
 
 def _row_seeds(rows: pd.DataFrame, screen_seeds: Sequence[int]) -> str:
     others = sorted(set(rows["seed"]) - set(screen_seeds))
-    top = max([*screen_seeds, *others])
-    seeds = others or list(range(top + 1, top + 4))
-    return ",".join(map(str, seeds))
+    return ",".join(map(str, others or range(max(screen_seeds) + 1, max(screen_seeds) + 4)))
 
 
 def main(argv: list[str] | None = None) -> int:
