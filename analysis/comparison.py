@@ -153,9 +153,8 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
 
 def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: float = 0.05,
             rules: Sequence[Rule] = RULES) -> pd.DataFrame:
-    """One row per (data point, rule, arm): the draw the rule picks on the screen seeds, its
-    settings, its screen values, and on every other seed its trials' means, stds and count
-    at the rule's epochs."""
+    """One row per (data point, rule, arm): the draw the rule picks on the screen seeds, and
+    on every other seed its trials' means, stds and count at the rule's epochs."""
     screen_seeds = {int(s) for s in screen_seeds}
     points = _point_keys(df)
     out = []
@@ -219,9 +218,8 @@ def _cell(row: pd.Series, metric: str) -> str:
 
 def comparison_markdown(table: pd.DataFrame, labels: dict[str, str] | None = None,
                         command: str = "", row_seeds: str = "1,2,3") -> str:
-    """One block per data point and rule: a row per arm with the draw it picks, the draw's
-    settings, its screen value and its rows' mean ± std (seeds) of each reported metric.
-    Where picks' rows have not run, the command that runs them closes the data point."""
+    """One block per data point and rule, a row per arm. Where picks' rows have not run, the
+    command that runs them closes the data point."""
     labels = labels or {}
     points = [c for c in ("benchmark", *DATA_AXES) if c in table.columns]
     metrics = [m for m in REPORTED if f"{m}_mean" in table.columns]

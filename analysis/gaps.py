@@ -13,9 +13,8 @@ from analysis.specs import TableSpec
 
 
 def off_protocol(spec: TableSpec, experiment: dict | None) -> str:
-    """'' where our cells may be set against the published rows in std units; else the line
-    that says what the runs are instead (a preset whose protocol is not the published
-    rows'). Results without a recorded preset are compared: nothing says otherwise."""
+    """'' where our cells may be set against the published rows; else the line that says what
+    the runs are instead. Results without a recorded preset are compared: nothing says not."""
     record = experiment or {}
     preset = record.get("preset")
     if spec.protocol is None or not isinstance(preset, str):
@@ -37,10 +36,9 @@ GAP_STDS = 2.0  # a gap is flagged when it exceeds this many stds
 
 
 def gap_section(cells: Sequence[Cell]) -> str:
-    """Per block: each of our fixed-lambda rows (ERM, the paper's lambda, each competitor)
-    minus its published row, per column, in units of the larger of the two rows' stds (ours
-    over seeds, the paper's as printed; a row with no std, such as the paper's competitors,
-    leaves the other's). Rule rows are left out: their lambda changes with the data."""
+    """Per block: each of our fixed-lambda rows minus its published row, per column, in units
+    of the larger of the two rows' stds (a row with no std leaves the other's). Rule rows are
+    left out: their lambda changes with the data."""
     by_block: dict[str, list[Cell]] = {}
     for c in cells:
         by_block.setdefault(c.block, []).append(c)

@@ -1,8 +1,6 @@
-"""Atomic file writes: write a temp file in the target's directory, then `os.replace` it.
-
-A reader never sees a half-written table or figure, and a writer that fails midway leaves the
-previous file (if any) untouched and no temp file behind.
-"""
+"""Atomic file writes: write a temp file in the target's directory, then `os.replace` it. A
+reader never sees a half-written file; a writer that fails leaves the previous file (if any)
+untouched and no temp file behind."""
 
 from __future__ import annotations
 
@@ -52,8 +50,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 def atomic_write_parquet(df: pd.DataFrame, path: str | os.PathLike[str],
                          metadata: dict[str, str] | None = None) -> Path:
-    """Write `df` as Parquet; `metadata` goes into the file's key-value schema metadata
-    (read it back with `pyarrow.parquet.read_schema(path).metadata`)."""
+    """`metadata`: the file's key-value schema metadata (`pyarrow.parquet.read_schema`)."""
     if not metadata:
         return atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
     import pyarrow as pa

@@ -52,7 +52,7 @@ def _metrics(b: pd.DataFrame) -> list[str]:
 
 def _lambda_rows(bench: str, block: str, label: str, table: pd.DataFrame,
                  metrics: Sequence[str], cells: list[Cell]) -> list[list[str]]:
-    """One row per lambda of a group: each metric's mean ± std (its cells go to `cells`)."""
+    """One row per lambda of a group (its cells go to `cells`)."""
     rows = []
     for r in table.itertuples(index=False):
         rd = r._asdict()
@@ -72,7 +72,6 @@ def _lambda_rows(bench: str, block: str, label: str, table: pd.DataFrame,
 def _selection_rows(bench: str, block: str, label: str, group: pd.DataFrame,
                     kept: pd.DataFrame, rules: Sequence[SelectionRule],
                     cells: list[Cell]) -> list[list[str]]:
-    """Each rule's lambda for a group, its test accuracy and its gap to the oracle's."""
     oracle = next((r for r in rules if not r.label_free), None)
     choices = {rule.name: chosen(rule, group) for rule in rules}
     ref = choices.get(oracle.name) if oracle else None
@@ -94,7 +93,6 @@ def _selection_rows(bench: str, block: str, label: str, group: pd.DataFrame,
 
 def _rho_row(bench: str, block: str, label: str, kept: pd.DataFrame,
              cells: list[Cell]) -> list[str]:
-    """Spearman's rho between a group's per-lambda MI and test accuracy."""
     col = mi_column(kept)
     rho = spearman(kept[col], kept["test_acc"]) if len(kept) else math.nan
     note = ""
@@ -109,8 +107,6 @@ def _rho_row(bench: str, block: str, label: str, kept: pd.DataFrame,
 
 def lambda_sections(finals: pd.DataFrame, bench: str, rules: Sequence[SelectionRule]
                     ) -> tuple[list[Cell], str]:
-    """Per (K, group): final metrics per lambda, each rule's choice with its gap to the
-    oracle, and the Spearman correlation between final MI and test accuracy."""
     cells: list[Cell] = []
     parts: list[str] = []
     b = finals[(finals["benchmark"] == bench) & finals["lam"].notna()]

@@ -1,6 +1,5 @@
-"""The paper's table of one benchmark, from its spec (analysis.specs.TABLE_SPECS): per K, a
-row per baseline, ERM, the paper's lambda and each selection rule, the same for each other
-method, and the published rows beside ours. The builder knows no benchmark by name."""
+"""The paper's table of one benchmark, from its spec (analysis.specs.TABLE_SPECS); the builder
+knows no benchmark by name."""
 
 from __future__ import annotations
 
@@ -90,8 +89,7 @@ def published_value(spec: TableSpec, row: PublishedRow, column: Column
 def _our_cells(spec: TableSpec, block: str, column: Column, mi: pd.DataFrame,
                neural: pd.DataFrame, baselines: list[tuple[str, pd.DataFrame]],
                rules: Sequence[SelectionRule]) -> list[Cell]:
-    """Our cells of one column of one block: each baseline, ERM, the paper's lambda and each
-    rule for mi_backprop (`mi`: its rows of the block's K), then every other method."""
+    """Our cells of one column of one block (`mi`: mi_backprop's rows of the block's K)."""
     bench, metric = spec.benchmark, column.metric[0]
     gs, ns = rows_at(mi, column.where), rows_at(neural, column.where)
     cells = []
@@ -115,9 +113,8 @@ def _our_cells(spec: TableSpec, block: str, column: Column, mi: pd.DataFrame,
 
 def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[SelectionRule]
                 ) -> tuple[list[Cell], str]:
-    """One benchmark's paper table from its spec: one block per K of mi_backprop, each with
-    our rows of every method (a lambda-free baseline, ERM, the paper's lambda, each rule) and
-    the published rows beside them."""
+    """One block per K of mi_backprop, each with our rows of every method (a lambda-free
+    baseline, ERM, the paper's lambda, each rule) and the published rows beside them."""
     bench = spec.benchmark
     rows = finals[finals["benchmark"] == bench]
     neural = rows[rows["lam"].notna()]

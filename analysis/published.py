@@ -22,8 +22,7 @@ PUBLISHED_METHOD: dict[str, str] = {entry.published_as: name
 
 def partner_label(published_row: str) -> str:
     """The label our rows of the same method start with, for a published row's name (without
-    " (published)"): the competitor's method label, "Ours" for the paper's own rows, else the
-    name itself (ERM, SVM, NN)."""
+    " (published)"); ERM, SVM, NN keep their own."""
     if published_row in PUBLISHED_METHOD:
         return method_label(PUBLISHED_METHOD[published_row])
     if published_row.startswith("Ours"):

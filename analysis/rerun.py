@@ -56,9 +56,8 @@ def _means(rows: pd.DataFrame, prefix: str = "") -> dict[str, float]:
 
 def picks(finals: pd.DataFrame, axes: Sequence[str],
           rules: Sequence[SelectionRule] | None = None) -> pd.DataFrame:
-    """One row per data point x method x K x label-free rule: the lambda the rule chose, its
-    reason and the selection seeds' means (`sel_<metric>`); plus one ERM row per data point.
-    Groups are the tables' (a method's own lambdas plus the shared ERM)."""
+    """One row per data point x method x K x label-free rule (the tables' groups): the lambda
+    it chose and the selection seeds' means (`sel_<metric>`); plus ERM per data point."""
     rules = [r for r in (rules or default_rules()) if r.label_free]
     neural = finals[finals["lam"].notna()]
     rows: list[dict[str, object]] = []

@@ -125,8 +125,7 @@ def _nonfinite(value: object) -> bool:
 
 
 def methods_reporting_mi(df: pd.DataFrame) -> set[str]:
-    """Methods with a finite `mi` in some row: they have an MI estimator of their own
-    (mi_backprop); the others report NaN at every epoch and are not judged by it."""
+    """Methods with a finite `mi` in some row; the others have no MI estimator of their own."""
     if "mi" not in df.columns or "method" not in df.columns:
         return set()
     finite = np.isfinite(df["mi"].to_numpy(dtype=float))
@@ -154,17 +153,15 @@ def _exclusion_reason(trial: pd.DataFrame, final: pd.Series, mi_methods: set[str
 
 
 def selected_mask(df: pd.DataFrame) -> pd.Series:
-    """Rows a label-free stopping rule marked as its trial's reported epoch (`selected`);
-    all False where the rows have no such column."""
+    """Rows a label-free stopping rule marked as its trial's reported epoch (`selected`)."""
     if "selected" not in df.columns:
         return pd.Series(False, index=df.index)
     return df["selected"].fillna(False).astype(bool)
 
 
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per trial: the row marked `selected` (a label-free stopping rule's epoch),
-    else the row with the largest epoch, plus `excluded` (bool) and `reason` (str, empty for
-    kept trials)."""
+    """One row per trial: the row marked `selected` (a label-free stopping rule's epoch), else
+    the last, plus `excluded` (bool) and `reason` (str, empty for kept trials)."""
     columns = list(df.columns) + [f"{c}_at_selection" for c in ("mi_eval", "mi_eval_cond")
                                   if f"selected_{c}" in df.columns and c in df.columns] \
         + ["estimator_failed", "excluded", "reason"]

@@ -100,10 +100,8 @@ class _FitsTraining(SelectionRule, ABC):
 
 
 class LowestMI(_FitsTraining):
-    """Among lambdas whose mean train accuracy is within `tolerance` (absolute) of the best
-    lambda's and whose MI every seed measured (`measured`), the one with the lowest MI
-    (`mi_eval` when every candidate has it, else `mi`); ties within 1e-9 go to the higher
-    lambda. Uses no test labels."""
+    """The lowest MI among lambdas that fit (mean train accuracy within `tolerance` of the
+    best) and were `measured`; ties go to the higher lambda. Uses no test labels."""
 
     name = "lowest-MI (label-free)"
     key = "lowest_mi"
