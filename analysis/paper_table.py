@@ -129,7 +129,6 @@ def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[Selection
     mi = neural[neural["method"] == MI_METHOD]
     columns = table_columns(spec, neural)
     note = spec.note.format(metric={c.label: c.metric[0] for c in columns})
-    # A benchmark may come with no published numbers (a new one): its table says so.
     unpublished = "" if spec.published else "No published rows for this table.\n\n"
     cells: list[Cell] = []
     parts: list[str] = []

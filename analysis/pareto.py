@@ -87,10 +87,7 @@ def front_markdown(front: pd.DataFrame, finals: pd.DataFrame) -> str:
                          f"{r.mi_eval:.4f} | {r.train_acc:.4f} | {r.test_acc:.4f} | "
                          f"{r.trial_id} |")
         chosen = study[study["chosen"]].iloc[0]
-        same = np.ones(len(kept), dtype=bool)
-        for col, value in names.items():
-            same &= (kept[col] == value).to_numpy()
-        pool = kept[same]
+        pool = kept[(kept[list(names)] == pd.Series(names)).all(axis=1)]
         oracle = pool.loc[pool["test_acc"].astype(float).idxmax()]
         lines.append("")
         lines.append(f"Chosen: λ={chosen['lam']:.4g}, K={chosen['K']} — {chosen['reason']}. "

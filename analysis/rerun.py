@@ -17,7 +17,6 @@ from analysis.selection import NoCandidateError, SelectionRule, default_rules
 from analysis.specs import BENCHMARK_METRICS
 
 ERM_RULE = "ERM (λ=0), reference"
-# Metrics a re-run reports when the sweep has them (test accuracy first).
 SHOWN = ("test_acc", *BENCHMARK_METRICS, "train_acc", "mi_eval", "mi_eval_cond")
 
 

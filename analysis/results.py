@@ -44,7 +44,6 @@ MI_METHOD = "mi_backprop"
 RUNAWAY_NATS = -5.0
 # Statuses of trials that ran to the end but carry a warning start with this.
 OK_WARNING = "ok; "
-# Metrics averaged per lambda when present.
 METRICS: tuple[str, ...] = tuple(dict.fromkeys(
     ("test_acc", "train_acc", "mi", "mi_eval", "mi_eval_cond", *BENCHMARK_METRICS,
      "loss_task", "epoch")))
