@@ -19,9 +19,8 @@ from analysis.results import MI_METHOD, excluded_mask, lam_label
 from analysis.selection import LowestMI, SelectionRule
 from analysis.specs import TABLE_SPECS, TRADE_OFFS, ColumnAxis, TableSpec, data_labels, present_axes
 
-PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
-                                       ("test_acc", "test accuracy"),
-                                       ("train_acc", "train accuracy"))
+PANELS: tuple[tuple[str, str], ...] = (
+    ("mi", "MI estimate (nats)"), ("test_acc", "test accuracy"), ("train_acc", "train accuracy"))
 # Methods without an MI estimator of their own (mi is NaN) show their own penalty instead.
 PENALTY_PANELS: tuple[tuple[str, str], ...] = (("penalty", "the method's penalty"),
                                                *PANELS[1:])
@@ -101,9 +100,9 @@ def curves_figure(rows: pd.DataFrame, bench: str, K: int, method: str = MI_METHO
     return fig
 
 
-METHOD_PANELS: tuple[tuple[str, str], ...] = (("test_acc", "final test accuracy"),
-                                              ("mi_eval", "final MI, fresh T (nats)"),
-                                              ("train_acc", "final train accuracy"))
+METHOD_PANELS: tuple[tuple[str, str], ...] = (
+    ("test_acc", "final test accuracy"), ("mi_eval", "final MI, fresh T (nats)"),
+    ("train_acc", "final train accuracy"))
 
 
 def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figure:

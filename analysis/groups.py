@@ -1,5 +1,5 @@
-"""Which final rows a cell averages: the kept trials, the methods run with a lambda, the ERM
-rows every K and method share, and a selection rule's choice among a group's lambdas."""
+"""Which final rows a cell averages: the methods run with a lambda, the ERM rows every K and
+method share, and a selection rule's choice among a group's lambdas."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from analysis.results import LAM_ATOL, MI_METHOD, excluded_mask
+from analysis.results import LAM_ATOL, MI_METHOD
 from analysis.selection import Choice, NoCandidateError, SelectionRule
 
 
@@ -24,10 +24,6 @@ def rows_at(frame: pd.DataFrame, where: Iterable[tuple[str, object]]) -> pd.Data
     for key, value in where:
         frame = frame[same_value(frame[key], value)]
     return frame
-
-
-def kept_rows(finals: pd.DataFrame) -> pd.DataFrame:
-    return finals[~excluded_mask(finals)]
 
 
 def chosen(rule: SelectionRule, group: pd.DataFrame) -> Choice | None:

@@ -10,16 +10,9 @@ import pandas as pd
 
 from analysis import published
 from analysis.cells import Cell, paired, render_block, stat
-from analysis.groups import (
-    chosen,
-    kept_rows,
-    method_group,
-    neural_methods,
-    rows_at,
-    with_shared_erm,
-)
+from analysis.groups import chosen, method_group, neural_methods, rows_at, with_shared_erm
 from analysis.published import PublishedRow
-from analysis.results import LAM_ATOL, MI_METHOD, lam_label, with_lam
+from analysis.results import LAM_ATOL, MI_METHOD, excluded_mask, lam_label, with_lam
 from analysis.selection import SelectionRule
 from analysis.specs import Column, ColumnAxis, TableSpec, axis_label
 
@@ -52,12 +45,9 @@ def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
         label = published.method_label(method)
         own = frame[frame["method"] == method]["lam"].astype(float)
         lams = sorted({float(v) for v in own if v > LAM_ATOL})
-        if len(lams) == 1:
-            cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(lams[0])})", column,
-                                     group, lams[0], metric))
-        else:
-            cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(paper_lam)}, as "
-                                     f"the paper)", column, group, paper_lam, metric))
+        lam, how = (lams[0], "") if len(lams) == 1 else (paper_lam, ", as the paper")
+        cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(lam)}{how})", column,
+                                 group, lam, metric))
         cells += [_rule_cell(bench, block, column, group, rule, metric, label=label)
                   for rule in rules]
     return cells
@@ -118,7 +108,7 @@ def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[Selection
     bench = spec.benchmark
     rows = finals[finals["benchmark"] == bench]
     neural = rows[rows["lam"].notna()]
-    baselines = [(label, kept_rows(rows[rows["method"] == method]))
+    baselines = [(label, rows[(rows["method"] == method) & ~excluded_mask(rows)])
                  for method, label in spec.baselines]
     if neural.empty and not any(len(b) for _, b in baselines):
         return [], ""

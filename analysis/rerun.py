@@ -115,7 +115,8 @@ def rerun_table(chosen: pd.DataFrame, finals: pd.DataFrame, axes: Sequence[str],
         sel = (f"{fmt_num(r.get('sel_' + first, math.nan))} ({r['selection_seeds']})"
                if first else "")
         lines.append([r["source"], r["rule"], r["method"],
-                      str(r["K"]) if r["K"] else "—", *[_show(r[a]) for a in axes],
+                      str(r["K"]) if r["K"] else "—",
+                      *[f"{r[a]:g}" if isinstance(r[a], float) else str(r[a]) for a in axes],
                       f"{r['lam']:g}", *([sel] if first else []),
                       *[_pm(r, m) for m in metrics]])
     text = (f"# Re-run of the label-free picks of {source} on new seeds\n\n"
@@ -123,10 +124,6 @@ def rerun_table(chosen: pd.DataFrame, finals: pd.DataFrame, axes: Sequence[str],
             "reference), its mean on the seeds it was chosen on, and its mean ± std over "
             f"the new seeds ({_seeds(finals)}).\n\n" + md_table(header, lines) + "\n")
     return tidy, text
-
-
-def _show(value: object) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _pm(row: dict, metric: str) -> str:
