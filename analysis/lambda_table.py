@@ -95,11 +95,8 @@ def _rho_row(bench: str, block: str, label: str, kept: pd.DataFrame,
              cells: list[Cell]) -> list[str]:
     col = mi_column(kept)
     rho = spearman(kept[col], kept["test_acc"]) if len(kept) else math.nan
-    note = ""
-    if len(kept) < 3:
-        note = f"fewer than 3 lambdas ({len(kept)}): undefined"
-    elif not np.isfinite(rho):
-        note = "constant MI or accuracy: undefined"
+    note = (f"fewer than 3 lambdas ({len(kept)}): undefined" if len(kept) < 3
+            else "constant MI or accuracy: undefined" if not np.isfinite(rho) else "")
     cells.append(Cell(bench, block, label, f"rho({col}, test_acc)", rho, math.nan, len(kept),
                       "ours", ""))
     return [label, str(len(kept)), col, fmt_num(rho), note]

@@ -59,9 +59,8 @@ def _check_column(name: str, s: pd.Series, kind: str, strict_int: bool) -> pd.Se
     where = f"{RESULTS_FILE}: column {name!r}"
     if kind == "string":
         is_object = pd.api.types.is_object_dtype(dtype)
-        if pd.api.types.is_string_dtype(dtype) and (
-                not is_object or pd.api.types.infer_dtype(s, skipna=True) in ("string",
-                                                                                "empty")):
+        if pd.api.types.is_string_dtype(dtype) and (not is_object or pd.api.types.infer_dtype(
+                s, skipna=True) in ("string", "empty")):
             return s.astype("object").where(s.notna(), None)
         if is_object and s.isna().all():
             return s.astype("object")
