@@ -1,5 +1,4 @@
-"""python -m analysis DIR: rebuild DIR/table.md, DIR/table.parquet and DIR/figures/*.png from
-DIR/results.parquet."""
+"""python -m analysis DIR: rebuild DIR's tables and figures from DIR/results.parquet."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """Ablations of mi_backprop at a fixed lambda: over K (digits' k_ablation_* presets, the paper's
-supplementary) or over our two critic options (digits' critic_ablation_* presets).
-
-`ablation_axis(df)` names what varies (None: not an ablation); `ablation_section` is the
-table.md section (one row per data point (each data axis the trials have), lambda and value of
-the ablated axis, mean ± std over seeds);
-`ablation_figure` draws training loss, training accuracy, test accuracy and the fresh MI
-estimate by epoch per value (mean, shaded min-max over seeds), as the supplementary's K
-figure does for the first two.
-"""
+supplementary) or over our two critic options (digits' critic_ablation_* presets). The figure
+draws by epoch what the supplementary's K figure draws (training loss and accuracy), plus test
+accuracy and the fresh MI estimate."""
 
 from __future__ import annotations
 
@@ -52,8 +46,6 @@ def critic_of(rows: pd.DataFrame) -> pd.Series:
 def ablation_axis(df: pd.DataFrame) -> str | None:
     """'critic' or 'K' when mi_backprop's trials differ in it, else None."""
     rows = _trained(df)
-    if rows.empty:
-        return None
     if critic_of(rows).dropna().nunique() > 1:
         return "critic"
     if rows["K"].nunique() > 1:
@@ -61,8 +53,8 @@ def ablation_axis(df: pd.DataFrame) -> str | None:
     return None
 
 
-def _axis_value(value: object, digits: int = 3) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+def _axis_value(value: object) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _values(rows: pd.DataFrame, axis: str) -> pd.Series:
@@ -83,8 +75,7 @@ def _cell(values: pd.Series, digits: int = 3) -> str:
 
 
 def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
-    """One row per trial: its grid point, the reported epoch's numbers, its best test
-    accuracy over epochs, whether its own critic ran away, its minutes."""
+    """One row per trial: its grid point, the reported epoch's numbers, its best test acc."""
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
     data_axes = valued_axes(rows)
     out = []
@@ -108,7 +99,6 @@ def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
                     "best_test_acc": float(trial["test_acc"].max()),
                     "mi_eval": float(mi_eval), "mi_eval_cond": float(mi_cond),
                     "ran_away": bool(critic_warning(trial)),
-                    "lowest_mi": float(trial["mi"].min()) if "mi" in trial else math.nan,
                     "minutes": float(seconds.sum()) / 60.0,
                     "machine": row.get("machine") if pd.notna(row.get("machine"))
                     else row.get("node", "")})

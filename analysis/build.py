@@ -18,8 +18,7 @@ EXPERIMENT_FILE = "experiment.json"  # written by sweeps/outputs.py beside resul
 
 
 def read_experiment(out: Path) -> dict:
-    """OUT/experiment.json (what the driver recorded), or {} when absent or unreadable: the
-    tables it adds to are optional."""
+    """OUT/experiment.json, or {} when absent or unreadable: the tables it adds to are optional."""
     try:
         record = json.loads((out / EXPERIMENT_FILE).read_text())
     except (OSError, ValueError):
@@ -30,10 +29,7 @@ def read_experiment(out: Path) -> dict:
 def build_all(results_dir: str | Path, rules: Sequence[SelectionRule] | None = None,
               figures: bool = True) -> list[Path]:
     """Read RESULTS_DIR/results.parquet; write table.md, table.parquet, table.tex and
-    figures/*.png (atomically). Returns the written paths; prints nothing.
-
-    Raises FileNotFoundError (no results.parquet) or ResultsError (contract broken).
-    """
+    figures/*.png (atomically). Returns the written paths; prints nothing."""
     out = Path(results_dir)
     df = load_results(out)
     finals = final_rows(df)

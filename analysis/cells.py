@@ -1,6 +1,5 @@
-"""A table's cells and how they are printed: `Cell` (one number: its benchmark, block, row,
-column, mean, std, n, source, the rule that chose its lambda), markdown tables, and each of our
-rows paired with the published row of the same method."""
+"""A table's cells and how they are printed: `Cell`, markdown tables, and each of our rows
+paired with the published row of the same method."""
 
 from __future__ import annotations
 
@@ -12,9 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import published
-from analysis.results import (
-    lam_label,
-)
+from analysis.results import lam_label
 
 TIDY_COLUMNS = ["benchmark", "block", "row", "column", "mean", "std", "n", "source", "rule",
                 "lam"]
@@ -25,9 +22,8 @@ DASH = "—"
 
 @dataclass(frozen=True)
 class Cell:
-    """One number of a table. source is "ours" or "published"; rule says how the lambda
-    of an "ours" cell was chosen ("fixed λ=…" or a selection rule's name); lam is the lambda
-    the cell reports (NaN for published cells and baselines)."""
+    """One number of a table. rule says how the lambda of an "ours" cell was chosen ("fixed
+    λ=…" or a selection rule's name); lam is NaN for published cells and baselines."""
 
     benchmark: str
     block: str
@@ -80,13 +76,8 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 def render_block(cells: list[Cell], columns: Sequence[str], corner: str) -> str:
-    """A markdown table: rows in order of first appearance, the given columns."""
-    order: list[str] = []
-    grid: dict[tuple[str, str], Cell] = {}
-    for c in cells:
-        if c.row not in order:
-            order.append(c.row)
-        grid[(c.row, c.column)] = c
+    order = list(dict.fromkeys(c.row for c in cells))
+    grid = {(c.row, c.column): c for c in cells}
     body = [[row] + [fmt_cell(grid[(row, col)]) if (row, col) in grid else DASH
                      for col in columns] for row in order]
     return md_table([corner, *columns], body)
@@ -96,9 +87,8 @@ PUBLISHED_SUFFIX = " (published)"
 
 
 def partners(rows: Sequence[str]) -> dict[str, str]:
-    """Each of our rows -> the published row of the same method (ERM, Alvi et al., Kim et
-    al., Ours); our rows with no published counterpart (hsic, grad_reversal, ...) are left
-    out."""
+    """Each of our rows -> the published row of the same method; our rows with no published
+    counterpart (hsic, grad_reversal, ...) are left out."""
     rows = list(dict.fromkeys(rows))
     pub = [r for r in rows if r.endswith(PUBLISHED_SUFFIX)]
     partner: dict[str, str] = {}
@@ -113,8 +103,7 @@ def partners(rows: Sequence[str]) -> dict[str, str]:
 
 def paired(cells: list[Cell]) -> list[Cell]:
     """The cells reordered so that each published row comes right after our rows of the
-    same method (in the paper's order); our rows with no published counterpart come last.
-    Stable within a group."""
+    same method (in the paper's order); our rows with no published counterpart come last."""
     rows = list(dict.fromkeys(c.row for c in cells))
     pub = [r for r in rows if r.endswith(PUBLISHED_SUFFIX)]
     rank: dict[str, float] = {row: i + 0.5 for i, row in enumerate(pub)}

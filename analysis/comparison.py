@@ -17,8 +17,6 @@ picks in it. The rules:
   al.'s, SubpopBench's), ties to `val_acc`. It reads the bias label of validation rows.
 - `oracle`: the highest test accuracy. It peeks at test labels: an upper bound, never a
   method's result.
-
-Everything here reads result rows (results.parquet or exported CSVs): no torch.
 """
 
 from __future__ import annotations
@@ -32,7 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.results import excluded_mask
+from analysis.io import atomic_write_parquet, atomic_write_text
+from analysis.results import estimator_failed, excluded_mask
 
 # The columns each cell reports, where the rows have them (Biased MNIST adds biased_acc).
 REPORTED = ("test_acc", "test_worst_acc", "biased_acc")
@@ -90,20 +89,13 @@ class ComparisonError(ValueError):
 def load_rows(paths: Sequence[str | Path]) -> pd.DataFrame:
     """Per-epoch rows from results directories (results.parquet) or exported CSVs, in one
     frame; a row seen twice (the same trial and epoch) is kept once."""
-    frames = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            frames.append(pd.read_parquet(path / "results.parquet"))
-        else:
-            frames.append(pd.read_csv(path))
-    df = pd.concat(frames, ignore_index=True)
+    df = pd.concat([pd.read_parquet(path / "results.parquet") if path.is_dir()
+                    else pd.read_csv(path) for path in map(Path, paths)], ignore_index=True)
     missing = [c for c in ("arm", "draw", "seed", "epoch") if c not in df.columns]
     if missing:
         raise ComparisonError(f"no column {', '.join(missing)}: not a tuning sweep's rows "
                               f"(the `tune` presets, --arms)")
-    df = df[df["arm"].notna()].copy()
-    df["draw"] = df["draw"].astype(int)
-    df["seed"] = df["seed"].astype(int)
+    df = df[df["arm"].notna()].astype({"draw": int, "seed": int})
     keys = [c for c in ("benchmark", *DATA_AXES, "arm", "draw", "seed", "epoch")
             if c in df.columns]
     return df.drop_duplicates(keys, keep="last").reset_index(drop=True)
@@ -113,10 +105,9 @@ def _point_keys(df: pd.DataFrame) -> list[str]:
     return [c for c in ("benchmark", *DATA_AXES) if c in df.columns and df[c].notna().any()]
 
 
-def _trials(df: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+def _trials(df: pd.DataFrame) -> list[pd.DataFrame]:
     keys = [*_point_keys(df), "arm", "draw", "seed"]
-    return [(k if isinstance(k, tuple) else (k,), g.sort_values("epoch"))
-            for k, g in df.groupby(keys, sort=True, dropna=False)]
+    return [g.sort_values("epoch") for _, g in df.groupby(keys, sort=True, dropna=False)]
 
 
 def _kept(trial: pd.DataFrame) -> bool:
@@ -130,13 +121,8 @@ def _kept(trial: pd.DataFrame) -> bool:
 def picked_rows(df: pd.DataFrame, rule: Rule) -> pd.DataFrame:
     """Each finished, kept trial's row at the epoch `rule` picks in it (a trial without the
     rule's column is left out)."""
-    rows = []
-    for _, trial in _trials(df):
-        if not _kept(trial):
-            continue
-        row = rule.epoch_row(trial)
-        if row is not None:
-            rows.append(row)
+    rows = [row for trial in _trials(df)
+            if _kept(trial) and (row := rule.epoch_row(trial)) is not None]
     return pd.DataFrame(rows).reset_index(drop=True)
 
 
@@ -149,7 +135,8 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
                                         train_acc=("train_acc", "mean"))
     per_draw = per_draw[per_draw["value"].notna()]
     if rule.key == "lowest_mi":
-        failed = rows.groupby("draw").apply(_mi_failed, include_groups=False)
+        failed = rows.groupby("draw").apply(lambda g: bool(estimator_failed(g).any()),
+                                            include_groups=False)
         per_draw = per_draw[~failed.reindex(per_draw.index, fill_value=False)]
         best_fit = per_draw["train_acc"].max()
         per_draw = per_draw[per_draw["train_acc"] >= best_fit - tolerance - 1e-12]
@@ -164,27 +151,10 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
     return draw, reason
 
 
-def _mi_failed(rows: pd.DataFrame) -> bool:
-    from analysis.results import estimator_failed
-
-    return bool(estimator_failed(rows).any())
-
-
-@dataclass(frozen=True)
-class Cell:
-    rule: str
-    arm: str
-    draw: int | None
-    reason: str
-    screen: dict[str, float]
-    rows: dict[str, tuple[float, float, int]]  # metric -> (mean, std, seeds)
-
-
 def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: float = 0.05,
             rules: Sequence[Rule] = RULES) -> pd.DataFrame:
-    """One row per (data point, rule, arm): the draw the rule picks on the screen seeds, its
-    settings, its screen values, and on every other seed its trials' means, stds and count
-    at the rule's epochs."""
+    """One row per (data point, rule, arm): the draw the rule picks on the screen seeds, and
+    on every other seed its trials' means, stds and count at the rule's epochs."""
     screen_seeds = {int(s) for s in screen_seeds}
     points = _point_keys(df)
     out = []
@@ -208,9 +178,7 @@ def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: flo
                 row.update(draw=draw, reason=reason,
                            settings=_settings(screen, draw),
                            row_seeds=",".join(str(s) for s in sorted(on_rows["seed"])))
-                for metric in REPORTED:
-                    if metric not in chosen.columns:
-                        continue
+                for metric in (m for m in REPORTED if m in chosen.columns):
                     row[f"screen_{metric}"] = float(on_screen[metric].mean())
                     values = on_rows[metric].dropna()
                     row[f"{metric}_mean"] = float(values.mean()) if len(values) else math.nan
@@ -250,9 +218,8 @@ def _cell(row: pd.Series, metric: str) -> str:
 
 def comparison_markdown(table: pd.DataFrame, labels: dict[str, str] | None = None,
                         command: str = "", row_seeds: str = "1,2,3") -> str:
-    """One block per data point and rule: a row per arm with the draw it picks, the draw's
-    settings, its screen value and its rows' mean ± std (seeds) of each reported metric.
-    Where picks' rows have not run, the command that runs them closes the data point."""
+    """One block per data point and rule, a row per arm. Where picks' rows have not run, the
+    command that runs them closes the data point."""
     labels = labels or {}
     points = [c for c in ("benchmark", *DATA_AXES) if c in table.columns]
     metrics = [m for m in REPORTED if f"{m}_mean" in table.columns]
@@ -300,25 +267,17 @@ def rows_flags(table: pd.DataFrame) -> str:
         f"--draw-of {arm}={','.join(map(str, sorted(draws)))}" for arm, draws in picks.items())])
 
 
-def arm_labels() -> dict[str, str]:
-    from unbiased.search import ARMS
-
-    return {name: arm.label for name, arm in ARMS.items()}
-
-
 def write_comparison(df: pd.DataFrame, out: Path, screen_seeds: Sequence[int] = (0,),
                      tolerance: float = 0.05, command: str = "") -> list[Path]:
     """OUT/comparison.md and comparison.parquet of a tuning sweep's rows (atomically)."""
-    from analysis.io import atomic_write_parquet, atomic_write_text
+    from unbiased.search import ARMS
 
-    rows = df[df["arm"].notna()].copy()
-    rows["draw"] = rows["draw"].astype(int)
+    rows = df[df["arm"].notna()].astype({"draw": int})
     table = compare(rows, screen_seeds, tolerance)
     if table.empty:
         return []
-    if not command:
-        command = _sweep_command(out)
-    text = comparison_markdown(table, arm_labels(), command,
+    labels = {name: arm.label for name, arm in ARMS.items()}
+    text = comparison_markdown(table, labels, command or _sweep_command(out),
                                _row_seeds(rows, screen_seeds))
     return [atomic_write_text(out / "comparison.md", text),
             atomic_write_parquet(table, out / "comparison.parquet")]
@@ -330,15 +289,11 @@ def _sweep_command(out: Path) -> str:
         words = json.loads((out / "experiment.json").read_text()).get("command", "").split()
     except (OSError, ValueError, AttributeError):
         return ""
-    kept, skip = [], False
-    for word in words:
-        if skip:
-            skip = False
-            continue
+    kept, rest = [], iter(words)
+    for word in rest:
         if word in ("--seeds", "--draw-of", "--arms", "--out"):
-            skip = True
-            continue
-        if word not in ("--resume", "--overwrite"):
+            next(rest, None)  # the flag's value
+        elif word not in ("--resume", "--overwrite"):
             kept.append(word)
     if kept and kept[0].endswith("sweeps/__main__.py"):
         kept[0] = "-m sweeps"
@@ -347,9 +302,7 @@ def _sweep_command(out: Path) -> str:
 
 def _row_seeds(rows: pd.DataFrame, screen_seeds: Sequence[int]) -> str:
     others = sorted(set(rows["seed"]) - set(screen_seeds))
-    top = max([*screen_seeds, *others])
-    seeds = others or list(range(top + 1, top + 4))
-    return ",".join(map(str, seeds))
+    return ",".join(map(str, others or range(max(screen_seeds) + 1, max(screen_seeds) + 4)))
 
 
 def main(argv: list[str] | None = None) -> int:

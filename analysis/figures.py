@@ -1,12 +1,6 @@
-"""The paper's Fig. 3 (MI, test and train accuracy vs epoch, one line per lambda) per method,
-a methods figure (one curve per method vs lambda), a K-ablation figure, test accuracy beside
-the metric a benchmark's spec names as its trade-off (German: equality of opportunity) per
-lambda, and a paper table whose columns are a data axis drawn against it, each with
-matplotlib's Agg canvas (no pyplot, no display).
-
-Curves are means over the kept (non-diverged) seeds of a lambda, shaded between the seeds'
-min and max.
-"""
+"""The paper's Fig. 3 per method, a methods figure, a K-ablation figure, a trade-off figure
+and a paper table whose columns are a data axis drawn against it, each with matplotlib's Agg
+canvas (no pyplot, no display)."""
 
 from __future__ import annotations
 
@@ -18,15 +12,15 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from analysis import groups
 from analysis.cells import partners
 from analysis.io import atomic_savefig
 from analysis.results import MI_METHOD, excluded_mask, lam_label
-from analysis.selection import LowestMI, NoCandidateError, SelectionRule
+from analysis.selection import LowestMI, SelectionRule
 from analysis.specs import TABLE_SPECS, TRADE_OFFS, ColumnAxis, TableSpec, data_labels, present_axes
 
-PANELS: tuple[tuple[str, str], ...] = (("mi", "MI estimate (nats)"),
-                                       ("test_acc", "test accuracy"),
-                                       ("train_acc", "train accuracy"))
+PANELS: tuple[tuple[str, str], ...] = (
+    ("mi", "MI estimate (nats)"), ("test_acc", "test accuracy"), ("train_acc", "train accuracy"))
 # Methods without an MI estimator of their own (mi is NaN) show their own penalty instead.
 PENALTY_PANELS: tuple[tuple[str, str], ...] = (("penalty", "the method's penalty"),
                                                *PANELS[1:])
@@ -38,13 +32,8 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def _row_keys(df: pd.DataFrame) -> list[str]:
-    """The data axes of the registered benchmarks the rows have."""
-    return present_axes(df.columns)
-
-
-def _row_label(bench: str, key: tuple[object, ...], keys: list[str]) -> str:
-    """The label of one subgroup: its value of each of `keys` (_row_keys) it has."""
+def _row_label(bench: str, key: tuple[object, ...], frame: pd.DataFrame) -> str:
+    keys = present_axes(frame.columns)
     return ", ".join(data_labels(dict(zip(keys, key, strict=True)))) or bench
 
 
@@ -57,19 +46,24 @@ def _colors(lams: list[float]) -> dict[float, tuple[float, ...]]:
 
 
 def _subgroups(frame: pd.DataFrame) -> list[tuple[tuple[object, ...], pd.DataFrame]]:
-    keys = _row_keys(frame)
+    keys = present_axes(frame.columns)
     if not keys:
         return [((), frame)]
-    out = []
-    for values, sub in frame.groupby(keys, dropna=False, sort=True):
-        out.append((values if isinstance(values, tuple) else (values,), sub))
-    return out
+    return [(values if isinstance(values, tuple) else (values,), sub)
+            for values, sub in frame.groupby(keys, dropna=False, sort=True)]
+
+
+def _at_key(frame: pd.DataFrame, key: tuple[object, ...]) -> pd.DataFrame:
+    """The rows of one subgroup (`_subgroups`' key), NaN matching NaN."""
+    mask = pd.Series(True, index=frame.index)
+    for col, value in zip(present_axes(frame.columns), key, strict=True):
+        mask &= frame[col].isna() if pd.isna(value) else frame[col] == value
+    return frame[mask]
 
 
 def curves_figure(rows: pd.DataFrame, bench: str, K: int, method: str = MI_METHOD) -> Figure:
-    """Fig. 3 for one (benchmark, method, K): one row per sigma / train split, columns MI (or
-    the method's penalty when it reports no MI), test acc, train acc vs epoch, one line per
-    lambda. `rows` are the per-epoch rows of kept trials."""
+    """Fig. 3 for one (benchmark, method, K): a row per data point, a line per lambda (mean
+    over seeds, shaded min-max). `rows` are the per-epoch rows of kept trials."""
     groups = _subgroups(rows)
     lams = sorted(set(rows["lam"].astype(float)))
     colors = _colors(lams)
@@ -92,7 +86,7 @@ def curves_figure(rows: pd.DataFrame, bench: str, K: int, method: str = MI_METHO
                 if n_seeds > 1:
                     ax.fill_between(stats.index, stats["min"], stats["max"], color=colors[lam],
                                     alpha=0.18, lw=0)
-        label = _row_label(bench, key, _row_keys(rows))
+        label = _row_label(bench, key, rows)
         for c, (_, ylabel) in enumerate(panels):
             ax = axes[r][c]
             ax.set_title(f"{label}: {ylabel}", fontsize=10)
@@ -106,16 +100,14 @@ def curves_figure(rows: pd.DataFrame, bench: str, K: int, method: str = MI_METHO
     return fig
 
 
-METHOD_PANELS: tuple[tuple[str, str], ...] = (("test_acc", "final test accuracy"),
-                                              ("mi_eval", "final MI, fresh T (nats)"),
-                                              ("train_acc", "final train accuracy"))
+METHOD_PANELS: tuple[tuple[str, str], ...] = (
+    ("test_acc", "final test accuracy"), ("mi_eval", "final MI, fresh T (nats)"),
+    ("train_acc", "final train accuracy"))
 
 
 def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figure:
-    """One curve per method: final test accuracy, mi_eval and train accuracy vs lambda (mean
-    over kept seeds, error bars: std), one row per sigma / train split; the shared ERM
-    (lambda = 0) as a dashed line. `finals` are the kept final rows of every method with a
-    lambda, mi_backprop at one K."""
+    """One curve per method vs lambda (error bars: std over seeds), a row per data point; the
+    shared ERM (lambda = 0) as a dashed line. `finals`: kept final rows, mi_backprop at one K."""
     lams = sorted(set(finals.loc[finals["lam"] > 0, "lam"].astype(float)))
     methods = sorted(set(finals["method"].astype(str)), key=lambda m: (m != MI_METHOD, m))
     colors = _colors([float(i) for i in range(len(methods))])
@@ -124,9 +116,7 @@ def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figur
     axes = fig.subplots(len(groups), len(METHOD_PANELS), squeeze=False)
     x = {lam: i for i, lam in enumerate(lams)}
     for r, (key, sub) in enumerate(groups):
-        base = erm
-        for col, value in zip(_row_keys(erm), key, strict=True):
-            base = base[base[col].isna()] if pd.isna(value) else base[base[col] == value]
+        base = _at_key(erm, key)
         for c, (metric, ylabel) in enumerate(METHOD_PANELS):
             ax = axes[r][c]
             for i, method in enumerate(methods):
@@ -142,7 +132,7 @@ def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figur
                            label=f"ERM (λ=0, n={base[metric].notna().sum()})")
             ax.set_xticks(list(x.values()), [f"{lam:g}" for lam in lams])
             ax.set_xlabel("λ")
-            ax.set_title(f"{_row_label(bench, key, _row_keys(finals))}: {ylabel}", fontsize=10)
+            ax.set_title(f"{_row_label(bench, key, finals)}: {ylabel}", fontsize=10)
             ax.grid(alpha=0.3)
         axes[r][0].legend(fontsize=8, loc="best")
     fig.suptitle(f"{bench}: methods side by side (mean ± std over seeds)", fontsize=12)
@@ -150,8 +140,7 @@ def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figur
 
 
 def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
-    """Final test accuracy and final MI vs K; one row per lambda, one line per sigma /
-    train split; error bars are the std over seeds (ddof=1)."""
+    """Final test accuracy and final MI vs K; a row per lambda, a line per data point."""
     lams = sorted(set(finals["lam"].astype(float)))
     fig = _new_figure(10.0, 3.0 * len(lams) + 0.6)
     axes = fig.subplots(len(lams), 2, squeeze=False)
@@ -160,17 +149,14 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
     for r, lam in enumerate(lams):
         at = finals[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9)]
         for i, (key, _) in enumerate(groups):
-            mask = pd.Series(True, index=at.index)
-            for col, value in zip(_row_keys(at), key, strict=True):
-                mask &= at[col].isna() if pd.isna(value) else at[col] == value
-            g = at[mask]
+            g = _at_key(at, key)
             if g.empty:
                 continue
             for c, metric in enumerate(("test_acc", "mi")):
                 stats = g.groupby("K")[metric].agg(["mean", "std"]).sort_index()
                 axes[r][c].errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0.0),
                                     marker="o", capsize=3, color=colors[float(i)],
-                                    label=_row_label(bench, key, _row_keys(finals)))
+                                    label=_row_label(bench, key, finals))
         for c, ylabel in enumerate(("final test accuracy", "final MI estimate (nats)")):
             ax = axes[r][c]
             ax.set_title(f"{lam_label(lam)}: {ylabel} vs K", fontsize=10)
@@ -184,8 +170,7 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
 
 def _bars_per_lambda(ax, finals: pd.DataFrame, metric: str, lams: list[float],
                      chosen: float | None) -> None:
-    """One bar per lambda (mean, error bar: std over seeds, dots: single seeds); `chosen`
-    outlined."""
+    """One bar per lambda (error bar: std over seeds, dots: single seeds); `chosen` outlined."""
     colors = _colors(lams)
     for i, lam in enumerate(lams):
         vals = finals.loc[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9), metric]
@@ -201,18 +186,15 @@ def _bars_per_lambda(ax, finals: pd.DataFrame, metric: str, lams: list[float],
 
 def trade_off_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, K: int,
                      rule: SelectionRule | None = None) -> Figure:
-    """Final test accuracy and the benchmark's trade-off metric (its spec's; German: EO) per
-    lambda for one (benchmark, K) of kept MI-backprop trials (_bars_per_lambda); baselines
-    (e.g. the SVM) as dashed lines; the lambda `rule` (default LowestMI()) picks outlined,
-    so its trade-off can be read off against the others."""
+    """Final test accuracy and the benchmark's trade-off metric (German: EO) per lambda of one
+    (benchmark, K); baselines as dashed lines; the lambda `rule` picks outlined, so its
+    trade-off can be read off against the others."""
     rule = LowestMI() if rule is None else rule
     metric, label = TRADE_OFFS[bench]
     panels = (("test_acc", "test accuracy (higher is better)"), (metric, label))
     lams = sorted(set(finals["lam"].astype(float)))
-    try:
-        chosen: float | None = rule.choose(finals).lam
-    except NoCandidateError:
-        chosen = None
+    choice = groups.chosen(rule, finals)
+    chosen = choice.lam if choice is not None else None
     fig = _new_figure(10.0, 3.6)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     base_styles = ("--", ":", "-.")
@@ -250,11 +232,9 @@ def _axis_value(column: str) -> float:
 
 
 def table_figure(tidy: pd.DataFrame, spec: TableSpec) -> Figure | None:
-    """A paper table whose columns are a data axis (Table 1: sigma), as the reader compares
-    it: the measure vs the axis, one panel per block (a K of mi_backprop), a line per row of
-    ours at a fixed lambda (mean over seeds, error bars: std) and each published row as
-    crosses on a dotted line in its partner's colour. None when the tidy table has none of
-    the benchmark's rows, or its columns are not an axis."""
+    """A paper table whose columns are a data axis (Table 1: sigma): the measure vs the axis,
+    a panel per block, a line per fixed-lambda row of ours and each published row as crosses
+    in its partner's colour. None when there is no such table to draw."""
     axis = spec.columns
     if not isinstance(axis, ColumnAxis):
         return None
@@ -299,8 +279,7 @@ def table_figure(tidy: pd.DataFrame, spec: TableSpec) -> Figure | None:
 
 
 def write_table_figures(tidy: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """figures/<benchmark>_<table>.png (Table 1: digits_table1.png) from the tidy table
-    (`table.parquet`) for each paper table whose columns are a data axis and has rows."""
+    """figures/<benchmark>_<table>.png (Table 1: digits_table1.png) from the tidy table."""
     written = []
     for bench, spec in TABLE_SPECS.items():
         fig = table_figure(tidy, spec)
@@ -312,10 +291,8 @@ def write_table_figures(tidy: pd.DataFrame, out_dir: str | Path) -> list[Path]:
 
 def write_figures(df: pd.DataFrame, finals: pd.DataFrame, out_dir: str | Path,
                   rule: SelectionRule | None = None) -> list[Path]:
-    """Write `curves` figures per (benchmark, K), a K-ablation figure per benchmark with
-    several K and a trade-off figure per (benchmark, K) whose spec names one and whose trials
-    report it, into `out_dir` (usually RESULTS/figures); the trade-off figure marks `rule`'s
-    choice (the tables' lowest-MI rule, so both agree). Returns the written paths."""
+    """Every figure of the final rows into `out_dir`; the trade-off figure marks `rule`'s
+    choice (the tables' lowest-MI rule, so both agree)."""
     out = Path(out_dir)
     kept_all = finals[~excluded_mask(finals)]
     neural = kept_all[kept_all["lam"].notna()]

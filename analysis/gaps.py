@@ -3,27 +3,18 @@ the published protocol, else the one line that says what the runs are instead.""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 
 from analysis.cells import DASH, Cell, md_table, partners
-from analysis.specs import (
-    TableSpec,
-)
-
-
-class _Fields(dict):
-    """experiment.json's values for a note; a setting an older record lacks reads "?"."""
-
-    def __missing__(self, key: str) -> str:
-        return "?"
+from analysis.specs import TableSpec
 
 
 def off_protocol(spec: TableSpec, experiment: dict | None) -> str:
-    """'' where our cells may be set against the published rows in std units; else the line
-    that says what the runs are instead (a preset whose protocol is not the published
-    rows'). Results without a recorded preset are compared: nothing says otherwise."""
+    """'' where our cells may be set against the published rows; else the line that says what
+    the runs are instead. Results without a recorded preset are compared: nothing says not."""
     record = experiment or {}
     preset = record.get("preset")
     if spec.protocol is None or not isinstance(preset, str):
@@ -35,8 +26,9 @@ def off_protocol(spec: TableSpec, experiment: dict | None) -> str:
             values.get(key, value) == value for key, value in protocol.settings.items()):
         return ""
     rows = protocol.rows.get(str(values.get("source")))
-    fields = _Fields({**values, "preset": preset,
-                      "train_rows": f"{rows:,}" if rows is not None else "?"})
+    # a setting an older record lacks reads "?"
+    fields = defaultdict(lambda: "?", {**values, "preset": preset,
+                                       "train_rows": f"{rows:,}" if rows is not None else "?"})
     return protocol.notes.get(preset, protocol.other).format_map(fields) + "\n"
 
 
@@ -44,10 +36,9 @@ GAP_STDS = 2.0  # a gap is flagged when it exceeds this many stds
 
 
 def gap_section(cells: Sequence[Cell]) -> str:
-    """Per block: each of our fixed-lambda rows (ERM, the paper's lambda, each competitor)
-    minus its published row, per column, in units of the larger of the two rows' stds (ours
-    over seeds, the paper's as printed; a row with no std, such as the paper's competitors,
-    leaves the other's). Rule rows are left out: their lambda changes with the data."""
+    """Per block: each of our fixed-lambda rows minus its published row, per column, in units
+    of the larger of the two rows' stds (a row with no std leaves the other's). Rule rows are
+    left out: their lambda changes with the data."""
     by_block: dict[str, list[Cell]] = {}
     for c in cells:
         by_block.setdefault(c.block, []).append(c)

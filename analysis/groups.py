@@ -1,21 +1,15 @@
-"""Which final rows a cell averages: the kept trials, the methods run with a lambda, the ERM
-rows every K and method share, and a selection rule's choice among a group's lambdas."""
+"""Which final rows a cell averages: the methods run with a lambda, the ERM rows every K and
+method share, and a selection rule's choice among a group's lambdas."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
 
-from analysis.results import (
-    LAM_ATOL,
-    MI_METHOD,
-    excluded_mask,
-)
-from analysis.selection import (
-    Choice,
-    NoCandidateError,
-    SelectionRule,
-)
+from analysis.results import LAM_ATOL, MI_METHOD
+from analysis.selection import Choice, NoCandidateError, SelectionRule
 
 
 def same_value(series: pd.Series, value: float | str | None) -> pd.Series:
@@ -25,8 +19,11 @@ def same_value(series: pd.Series, value: float | str | None) -> pd.Series:
                                 equal_nan=True), index=series.index)
 
 
-def kept_rows(finals: pd.DataFrame) -> pd.DataFrame:
-    return finals[~excluded_mask(finals)]
+def rows_at(frame: pd.DataFrame, where: Iterable[tuple[str, object]]) -> pd.DataFrame:
+    """The rows of `frame` whose columns hold the given values (lambda-style tolerance)."""
+    for key, value in where:
+        frame = frame[same_value(frame[key], value)]
+    return frame
 
 
 def chosen(rule: SelectionRule, group: pd.DataFrame) -> Choice | None:
@@ -45,8 +42,7 @@ def neural_methods(frame: pd.DataFrame) -> list[str]:
 
 def erm_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The lam = 0 rows of `frame`: plain ERM whatever the method, so a sweep of several
-    methods runs it once (under the first method) and every method's group shares it.
-    mi_backprop's when it has any, else the first method's that has some."""
+    methods runs it once and every method's group shares it (mi_backprop's when it has any)."""
     zero = frame[np.isclose(frame["lam"].astype(float), 0.0, rtol=0.0, atol=LAM_ATOL)]
     for method in neural_methods(zero):
         rows = zero[zero["method"] == method]

@@ -1,8 +1,6 @@
-"""Atomic file writes: write a temp file in the target's directory, then `os.replace` it.
-
-A reader never sees a half-written table or figure, and a writer that fails midway leaves the
-previous file (if any) untouched and no temp file behind.
-"""
+"""Atomic file writes: write a temp file in the target's directory, then `os.replace` it. A
+reader never sees a half-written file; a writer that fails leaves the previous file (if any)
+untouched and no temp file behind."""
 
 from __future__ import annotations
 
@@ -16,23 +14,14 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = [
-    "atomic_write",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "atomic_write_parquet",
-    "atomic_savefig",
-]
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_parquet",
+           "atomic_savefig"]
 
 _FILE_MODE = 0o644
 
 
 def atomic_write(path: str | os.PathLike[str], writer: Callable[[Path], None]) -> Path:
-    """Call `writer(tmp)` on a temp path next to `path`, then move it onto `path`.
-
-    If `writer` raises, the temp file is removed, `path` is left as it was and the exception
-    propagates.
-    """
+    """Call `writer(tmp)` on a temp path next to `path`, then move it onto `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
@@ -55,14 +44,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_bytes(data))
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding=encoding))
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def atomic_write_parquet(df: pd.DataFrame, path: str | os.PathLike[str],
                          metadata: dict[str, str] | None = None) -> Path:
-    """Write `df` as Parquet; `metadata` goes into the file's key-value schema metadata
-    (read it back with `pyarrow.parquet.read_schema(path).metadata`)."""
+    """`metadata`: the file's key-value schema metadata (`pyarrow.parquet.read_schema`)."""
     if not metadata:
         return atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
     import pyarrow as pa
@@ -75,7 +63,6 @@ def atomic_write_parquet(df: pd.DataFrame, path: str | os.PathLike[str],
     return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
-def atomic_savefig(fig: Figure, path: str | os.PathLike[str], dpi: int = 110) -> Path:
-    """Save a matplotlib figure as PNG atomically."""
-    return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi,
+def atomic_savefig(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110,
                                                       bbox_inches="tight"))

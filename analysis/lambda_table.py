@@ -10,20 +10,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells import DASH, Cell, fmt_num, md_table
-from analysis.groups import chosen, same_value, with_shared_erm
-from analysis.results import (
-    LAM_ATOL,
-    MI_METHOD,
-    group_keys,
-    lam_label,
-    per_lambda,
-    spearman,
-)
-from analysis.selection import (
-    SelectionRule,
-    mi_column,
-)
-from analysis.specs import BENCHMARK_METRICS, METRIC_LABELS, data_labels
+from analysis.groups import chosen, rows_at, with_shared_erm
+from analysis.results import LAM_ATOL, MI_METHOD, lam_label, per_lambda, spearman
+from analysis.selection import SelectionRule, mi_column
+from analysis.specs import BENCHMARK_METRICS, METRIC_LABELS, data_labels, present_axes
 
 
 def _sub_label(key: dict[str, object]) -> str:
@@ -36,16 +26,12 @@ def _groups(finals: pd.DataFrame, bench: str, K: int) -> list[tuple[str, pd.Data
     shared ERM rows of its sigma / train split (run once under another method)."""
     neural = finals[(finals["benchmark"] == bench) & finals["lam"].notna()]
     g = neural[neural["K"] == K]
-    keys = [k for k in group_keys(g) if k not in ("benchmark", "K")]
-    data_keys = [k for k in keys if k != "method"]
+    keys = ["method", *present_axes(g.columns)]
     out = []
     for values, sub in g.groupby(keys, dropna=False, sort=True):
         key = dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True))
-        same = neural
-        for k in data_keys:
-            same = same[same_value(same[k], key[k])]
-        sub = with_shared_erm(sub, same)
-        out.append((_sub_label(key), sub))
+        same = rows_at(neural, ((k, key[k]) for k in keys if k != "method"))
+        out.append((_sub_label(key), with_shared_erm(sub, same)))
     return out
 
 
@@ -66,7 +52,7 @@ def _metrics(b: pd.DataFrame) -> list[str]:
 
 def _lambda_rows(bench: str, block: str, label: str, table: pd.DataFrame,
                  metrics: Sequence[str], cells: list[Cell]) -> list[list[str]]:
-    """One row per lambda of a group: each metric's mean ± std (its cells go to `cells`)."""
+    """One row per lambda of a group (its cells go to `cells`)."""
     rows = []
     for r in table.itertuples(index=False):
         rd = r._asdict()
@@ -86,7 +72,6 @@ def _lambda_rows(bench: str, block: str, label: str, table: pd.DataFrame,
 def _selection_rows(bench: str, block: str, label: str, group: pd.DataFrame,
                     kept: pd.DataFrame, rules: Sequence[SelectionRule],
                     cells: list[Cell]) -> list[list[str]]:
-    """Each rule's lambda for a group, its test accuracy and its gap to the oracle's."""
     oracle = next((r for r in rules if not r.label_free), None)
     choices = {rule.name: chosen(rule, group) for rule in rules}
     ref = choices.get(oracle.name) if oracle else None
@@ -108,14 +93,10 @@ def _selection_rows(bench: str, block: str, label: str, group: pd.DataFrame,
 
 def _rho_row(bench: str, block: str, label: str, kept: pd.DataFrame,
              cells: list[Cell]) -> list[str]:
-    """Spearman's rho between a group's per-lambda MI and test accuracy."""
     col = mi_column(kept)
     rho = spearman(kept[col], kept["test_acc"]) if len(kept) else math.nan
-    note = ""
-    if len(kept) < 3:
-        note = f"fewer than 3 lambdas ({len(kept)}): undefined"
-    elif not np.isfinite(rho):
-        note = "constant MI or accuracy: undefined"
+    note = (f"fewer than 3 lambdas ({len(kept)}): undefined" if len(kept) < 3
+            else "constant MI or accuracy: undefined" if not np.isfinite(rho) else "")
     cells.append(Cell(bench, block, label, f"rho({col}, test_acc)", rho, math.nan, len(kept),
                       "ours", ""))
     return [label, str(len(kept)), col, fmt_num(rho), note]
@@ -123,8 +104,6 @@ def _rho_row(bench: str, block: str, label: str, kept: pd.DataFrame,
 
 def lambda_sections(finals: pd.DataFrame, bench: str, rules: Sequence[SelectionRule]
                     ) -> tuple[list[Cell], str]:
-    """Per (K, group): final metrics per lambda, each rule's choice with its gap to the
-    oracle, and the Spearman correlation between final MI and test accuracy."""
     cells: list[Cell] = []
     parts: list[str] = []
     b = finals[(finals["benchmark"] == bench) & finals["lam"].notna()]

@@ -1,11 +1,6 @@
-"""`table.tex`: the tables of `table.parquet` as LaTeX, to paste into a paper.
-
-One booktabs `table` per (benchmark, block) of the tidy frame, in the paper's layout: a row
-per method (ours, then the published rows, marked "(published)"), a column per sigma, split
-or metric, each cell the mean ± std over seeds (and the chosen λ where a rule chose it), as
-table.md shows it. pandas' `Styler.to_latex` writes the tabular (needs jinja2, a pandas
-extra); the document needs `\\usepackage{booktabs}`.
-"""
+"""`table.tex`: the tables of `table.parquet` as LaTeX, to paste into a paper: one booktabs
+`table` per (benchmark, block), cells as table.md shows them. pandas' `Styler.to_latex` writes
+the tabular (needs jinja2, a pandas extra)."""
 
 from __future__ import annotations
 

@@ -9,12 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from analysis.cells import DASH, fmt_num, md_table
-from analysis.results import (
-    OK_WARNING,
-    excluded_mask,
-    lam_label,
-    selected_mask,
-)
+from analysis.results import OK_WARNING, excluded_mask, lam_label, selected_mask
 from analysis.specs import DATA_AXES, axis_value_label, data_labels
 
 
@@ -37,8 +32,7 @@ def warnings_section(finals: pd.DataFrame) -> str:
 
 def wall_section(df: pd.DataFrame) -> str:
     """Wall time per trial of each (benchmark, method, lambda): the sum of its epochs'
-    `epoch_s` (training, evaluation and checkpoint; `time_s`, training alone, where a row
-    has no `epoch_s`), as measured with the sweep's trials side by side."""
+    `epoch_s` (`time_s`, training alone, where a row has no `epoch_s`)."""
     if df.empty or not ({"epoch_s", "time_s"} & set(df.columns)):
         return ""
     seconds = df["epoch_s"].astype(float) if "epoch_s" in df.columns else \
@@ -91,9 +85,8 @@ BIAS_VALUE = "colour_only_acc"
 
 
 def bias_section(bias: Sequence[dict]) -> str:
-    """The data's bias strength (OUT/experiment.json's `bias_strength`): a column per value of
-    the data axis the records have, a row per value of their other settings (e.g. palette and
-    stroke), each the mean over the sweep's seeds."""
+    """The data's bias strength: a column per value of the data axis the records have, a row
+    per value of their other settings (e.g. palette and stroke), each a mean over seeds."""
     frame = pd.DataFrame(list(bias))
     axes = [a for a in DATA_AXES if a in frame.columns]
     if frame.empty or BIAS_VALUE not in frame.columns or not axes:

@@ -1,6 +1,5 @@
-"""The paper's table of one benchmark, from its spec (analysis.specs.TABLE_SPECS): per K, a
-row per baseline, ERM, the paper's lambda and each selection rule, the same for each other
-method, and the published rows beside ours. The builder knows no benchmark by name."""
+"""The paper's table of one benchmark, from its spec (analysis.specs.TABLE_SPECS); the builder
+knows no benchmark by name."""
 
 from __future__ import annotations
 
@@ -11,31 +10,11 @@ import pandas as pd
 
 from analysis import published
 from analysis.cells import Cell, paired, render_block, stat
-from analysis.groups import (
-    chosen,
-    kept_rows,
-    method_group,
-    neural_methods,
-    same_value,
-    with_shared_erm,
-)
+from analysis.groups import chosen, method_group, neural_methods, rows_at, with_shared_erm
 from analysis.published import PublishedRow
-from analysis.results import (
-    LAM_ATOL,
-    MI_METHOD,
-    lam_label,
-    with_lam,
-)
-from analysis.selection import (
-    Choice,
-    SelectionRule,
-)
-from analysis.specs import (
-    Column,
-    ColumnAxis,
-    TableSpec,
-    axis_label,
-)
+from analysis.results import LAM_ATOL, MI_METHOD, excluded_mask, lam_label, with_lam
+from analysis.selection import SelectionRule
+from analysis.specs import Column, ColumnAxis, TableSpec, axis_label
 
 
 def _fixed_cell(bench: str, block: str, row: str, column: str, group: pd.DataFrame,
@@ -46,19 +25,13 @@ def _fixed_cell(bench: str, block: str, row: str, column: str, group: pd.DataFra
 
 
 def _rule_cell(bench: str, block: str, column: str, group: pd.DataFrame, rule: SelectionRule,
-               metric: str, choice: Choice | None = None, label: str = "Ours") -> Cell:
+               metric: str, label: str = "Ours") -> Cell:
     row = f"{label}, {rule.name}"
-    choice = choice if choice is not None else chosen(rule, group)
+    choice = chosen(rule, group)
     if choice is None:
         return Cell(bench, block, row, column, math.nan, math.nan, 0, "ours", rule.name)
     mean, std, n = stat(with_lam(group, choice.lam), metric)
     return Cell(bench, block, row, column, mean, std, n, "ours", rule.name, choice.lam)
-
-
-def _published_cell(bench: str, block: str, row: str, column: str,
-                    value: tuple[float, float]) -> Cell:
-    return Cell(bench, block, f"{row} (published)", column, value[0], value[1], None,
-                "published", "")
 
 
 def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
@@ -72,22 +45,12 @@ def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
         label = published.method_label(method)
         own = frame[frame["method"] == method]["lam"].astype(float)
         lams = sorted({float(v) for v in own if v > LAM_ATOL})
-        if len(lams) == 1:
-            cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(lams[0])})", column,
-                                     group, lams[0], metric))
-        else:
-            cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(paper_lam)}, as "
-                                     f"the paper)", column, group, paper_lam, metric))
+        lam, how = (lams[0], "") if len(lams) == 1 else (paper_lam, ", as the paper")
+        cells.append(_fixed_cell(bench, block, f"{label} ({lam_label(lam)}{how})", column,
+                                 group, lam, metric))
         cells += [_rule_cell(bench, block, column, group, rule, metric, label=label)
                   for rule in rules]
     return cells
-
-
-def _rows_of(frame: pd.DataFrame, where: Sequence[tuple[str, object]]) -> pd.DataFrame:
-    """The rows of `frame` whose columns hold the given values (lambda-style tolerance)."""
-    for key, value in where:
-        frame = frame[same_value(frame[key], value)]
-    return frame
 
 
 def table_columns(spec: TableSpec, neural: pd.DataFrame) -> list[Column]:
@@ -116,13 +79,12 @@ def published_value(spec: TableSpec, row: PublishedRow, column: Column
 def _our_cells(spec: TableSpec, block: str, column: Column, mi: pd.DataFrame,
                neural: pd.DataFrame, baselines: list[tuple[str, pd.DataFrame]],
                rules: Sequence[SelectionRule]) -> list[Cell]:
-    """Our cells of one column of one block: each baseline, ERM, the paper's lambda and each
-    rule for mi_backprop (`mi`: its rows of the block's K), then every other method."""
+    """Our cells of one column of one block (`mi`: mi_backprop's rows of the block's K)."""
     bench, metric = spec.benchmark, column.metric[0]
-    gs, ns = _rows_of(mi, column.where), _rows_of(neural, column.where)
+    gs, ns = rows_at(mi, column.where), rows_at(neural, column.where)
     cells = []
     for label, base in baselines:
-        base = _rows_of(base, column.where)
+        base = rows_at(base, column.where)
         if len(base):
             mean, std, n = stat(base, metric)
             cells.append(Cell(bench, block, label, column.label, mean, std, n, "ours",
@@ -141,13 +103,12 @@ def _our_cells(spec: TableSpec, block: str, column: Column, mi: pd.DataFrame,
 
 def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[SelectionRule]
                 ) -> tuple[list[Cell], str]:
-    """One benchmark's paper table from its spec: one block per K of mi_backprop, each with
-    our rows of every method (a lambda-free baseline, ERM, the paper's lambda, each rule) and
-    the published rows beside them."""
+    """One block per K of mi_backprop, each with our rows of every method (a lambda-free
+    baseline, ERM, the paper's lambda, each rule) and the published rows beside them."""
     bench = spec.benchmark
     rows = finals[finals["benchmark"] == bench]
     neural = rows[rows["lam"].notna()]
-    baselines = [(label, kept_rows(rows[rows["method"] == method]))
+    baselines = [(label, rows[(rows["method"] == method) & ~excluded_mask(rows)])
                  for method, label in spec.baselines]
     if neural.empty and not any(len(b) for _, b in baselines):
         return [], ""
@@ -158,7 +119,6 @@ def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[Selection
     mi = neural[neural["method"] == MI_METHOD]
     columns = table_columns(spec, neural)
     note = spec.note.format(metric={c.label: c.metric[0] for c in columns})
-    # A benchmark may come with no published numbers (a new one): its table says so.
     unpublished = "" if spec.published else "No published rows for this table.\n\n"
     cells: list[Cell] = []
     parts: list[str] = []
@@ -167,8 +127,8 @@ def paper_table(spec: TableSpec, finals: pd.DataFrame, rules: Sequence[Selection
         g = mi[mi["K"] == K] if K is not None else mi
         ours = [c for col in columns
                 for c in _our_cells(spec, block, col, g, neural, baselines, rules)]
-        paper = [_published_cell(bench, block, p.row, col.label, value)
-                 for p in spec.published for col in columns
+        paper = [Cell(bench, block, f"{p.row} (published)", col.label, value[0], value[1],
+                      None, "published", "") for p in spec.published for col in columns
                  if (value := published_value(spec, p, col)) is not None]
         block_cells = paired(ours + paper)
         cells += block_cells

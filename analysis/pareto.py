@@ -1,15 +1,11 @@
 """Pareto front of a multi-objective search (sweeps/lambda_search.py) and the lowest-MI rule on it.
 
-The search minimises `mi_eval` and maximises `train_acc`, both label-free for the bias (no test
-labels, no unbiased validation set). A trial is on the front when no other trial of its study
-is at least as good on both objectives and better on one. The lowest-MI rule
-(`analysis.selection.LowestMI`) then picks one front trial per study; `test_acc` is carried
-along for reporting only.
+Both objectives are label-free for the bias (no test labels, no unbiased validation set);
+`test_acc` is carried along for reporting only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,17 +17,15 @@ from analysis.selection import LowestMI, SelectionRule
 from analysis.specs import data_labels, valued_axes
 
 OBJECTIVES: tuple[tuple[str, str], ...] = (("mi_eval", "min"), ("train_acc", "max"))
-# A study is one (benchmark, each data axis the rows have, seed).
 FRONT_COLUMNS = ["trial_id", "lam", "K", "mi_eval", "train_acc", "test_acc", "mi", "chosen",
                  "rule", "reason"]
 
 
-def pareto_mask(frame: pd.DataFrame,
-                objectives: Sequence[tuple[str, str]] = OBJECTIVES) -> pd.Series:
+def pareto_mask(frame: pd.DataFrame) -> pd.Series:
     """True for the rows no other row dominates. Rows with a non-finite objective are never on
     the front (and dominate nothing)."""
-    signs = np.array([1.0 if mode == "min" else -1.0 for _, mode in objectives])
-    values = frame[[col for col, _ in objectives]].to_numpy(dtype=float) * signs
+    signs = np.array([1.0 if mode == "min" else -1.0 for _, mode in OBJECTIVES])
+    values = frame[[col for col, _ in OBJECTIVES]].to_numpy(dtype=float) * signs
     finite = np.isfinite(values).all(axis=1)
     mask = np.zeros(len(frame), dtype=bool)
     pool = values[finite]
@@ -43,7 +37,6 @@ def pareto_mask(frame: pd.DataFrame,
 
 
 def _study_key(frame: pd.DataFrame) -> list[str]:
-    """benchmark, each data axis the rows have a value of, seed."""
     return [k for k in ("benchmark", *valued_axes(frame), "seed") if k in frame.columns]
 
 
@@ -54,12 +47,9 @@ def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.
     kept = finals[~excluded_mask(finals)]
     fronts = []
     for _, study in kept.groupby(_study_key(kept), dropna=False, sort=True):
-        front = study[pareto_mask(study)].copy()
+        front = study[pareto_mask(study)].assign(chosen=False, rule="", reason="")
         if front.empty:
             continue
-        front["chosen"] = False
-        front["rule"] = ""
-        front["reason"] = ""
         choice = rule.choose(front)
         at = front[np.isclose(front["lam"].astype(float), choice.lam, rtol=0.0, atol=1e-12)]
         best = at["mi_eval"].astype(float).idxmin()
@@ -68,11 +58,8 @@ def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.
     study = _study_key(kept)
     if not fronts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in [*study, *FRONT_COLUMNS]})
-    out = pd.concat(fronts, ignore_index=True)
-    for col in FRONT_COLUMNS:
-        if col not in out.columns:
-            out[col] = np.nan
-    out = out[[*study, *FRONT_COLUMNS]].astype({"chosen": bool, "rule": "string",
+    out = pd.concat(fronts, ignore_index=True).reindex(columns=[*study, *FRONT_COLUMNS])
+    out = out.astype({"chosen": bool, "rule": "string",
                                                 "reason": "string", "trial_id": "string"})
     order = [k for k in study if k != "benchmark"]
     return out.sort_values([*order, "mi_eval"]).reset_index(drop=True)
@@ -100,10 +87,7 @@ def front_markdown(front: pd.DataFrame, finals: pd.DataFrame) -> str:
                          f"{r.mi_eval:.4f} | {r.train_acc:.4f} | {r.test_acc:.4f} | "
                          f"{r.trial_id} |")
         chosen = study[study["chosen"]].iloc[0]
-        same = np.ones(len(kept), dtype=bool)
-        for col, value in names.items():
-            same &= (kept[col] == value).to_numpy()
-        pool = kept[same]
+        pool = kept[(kept[list(names)] == pd.Series(names)).all(axis=1)]
         oracle = pool.loc[pool["test_acc"].astype(float).idxmax()]
         lines.append("")
         lines.append(f"Chosen: λ={chosen['lam']:.4g}, K={chosen['K']} — {chosen['reason']}. "

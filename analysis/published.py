@@ -1,33 +1,28 @@
 """How the published rows beside ours are labelled. The rows themselves are each benchmark's
-(`TableSpec.published` in its spec module, unbiased/benchmarks/), as the table's dataclasses
-(unbiased/benchmarks/spec.py); re-exported here for the analysis. std is NaN where a paper
+(`TableSpec.published` in its spec module, unbiased/benchmarks/); std is NaN where a paper
 gives none."""
 
 from __future__ import annotations
 
-from unbiased.benchmarks.spec import PAPER, PublishedRow
+from unbiased.benchmarks.spec import PublishedRow
 from unbiased.method_catalogue import DEFAULT_METHOD, catalogue
 
-__all__ = ["PAPER", "PublishedRow", "METHOD_LABELS",
-           "PUBLISHED_METHOD", "method_label", "partner_label"]
+__all__ = ["PublishedRow", "METHOD_LABELS", "PUBLISHED_METHOD", "method_label", "partner_label"]
 
 
-# How our rows of each method are labelled in the tables (the method catalogue's labels); the
-# published rows of the same competitors are "Kim et al." and "Alvi et al." (their own code
-# and settings, not ours).
+# The published rows of the same competitors are "Kim et al." and "Alvi et al.": their own
+# code and settings, not ours.
 METHOD_LABELS: dict[str, str] = {name: entry.label for name, entry in catalogue().items()}
 
 
-# The method of ours that each published competitor row is (their method, our code and
-# settings): our rows of it go right above the published row.
+# Our rows of a published competitor's method go right above its published row.
 PUBLISHED_METHOD: dict[str, str] = {entry.published_as: name
                                     for name, entry in catalogue().items() if entry.published_as}
 
 
 def partner_label(published_row: str) -> str:
     """The label our rows of the same method start with, for a published row's name (without
-    " (published)"): the competitor's method label, "Ours" for the paper's own rows, else the
-    name itself (ERM, SVM, NN)."""
+    " (published)"); ERM, SVM, NN keep their own."""
     if published_row in PUBLISHED_METHOD:
         return method_label(PUBLISHED_METHOD[published_row])
     if published_row.startswith("Ours"):

@@ -1,10 +1,6 @@
-"""Select on some seeds, report on fresh ones (DomainBed's protocol).
-
-`picks` lists, per selection group of a finished sweep, the lambda each label-free rule chose
-(and ERM, lambda = 0, as the reference every table compares against); `python -m sweeps rerun`
-runs those configurations with new seeds, and `rerun_table` reports them beside the numbers
-they were chosen on, naming the sweep and the rule each row came from.
-"""
+"""Select on some seeds, report on fresh ones (DomainBed's protocol): `picks` of a finished
+sweep's label-free rules (and ERM, the reference), which `python -m sweeps rerun` runs with new
+seeds, and `rerun_table` reports beside the numbers they were chosen on."""
 
 from __future__ import annotations
 
@@ -21,7 +17,6 @@ from analysis.selection import NoCandidateError, SelectionRule, default_rules
 from analysis.specs import BENCHMARK_METRICS
 
 ERM_RULE = "ERM (λ=0), reference"
-# Metrics a re-run reports when the sweep has them (test accuracy first).
 SHOWN = ("test_acc", *BENCHMARK_METRICS, "train_acc", "mi_eval", "mi_eval_cond")
 
 
@@ -60,9 +55,8 @@ def _means(rows: pd.DataFrame, prefix: str = "") -> dict[str, float]:
 
 def picks(finals: pd.DataFrame, axes: Sequence[str],
           rules: Sequence[SelectionRule] | None = None) -> pd.DataFrame:
-    """One row per data point x method x K x label-free rule: the lambda the rule chose, its
-    reason and the selection seeds' means (`sel_<metric>`); plus one ERM row per data point.
-    Groups are the tables' (a method's own lambdas plus the shared ERM)."""
+    """One row per data point x method x K x label-free rule (the tables' groups): the lambda
+    it chose and the selection seeds' means (`sel_<metric>`); plus ERM per data point."""
     rules = [r for r in (rules or default_rules()) if r.label_free]
     neural = finals[finals["lam"].notna()]
     rows: list[dict[str, object]] = []
@@ -121,7 +115,8 @@ def rerun_table(chosen: pd.DataFrame, finals: pd.DataFrame, axes: Sequence[str],
         sel = (f"{fmt_num(r.get('sel_' + first, math.nan))} ({r['selection_seeds']})"
                if first else "")
         lines.append([r["source"], r["rule"], r["method"],
-                      str(r["K"]) if r["K"] else "—", *[_show(r[a]) for a in axes],
+                      str(r["K"]) if r["K"] else "—",
+                      *[f"{r[a]:g}" if isinstance(r[a], float) else str(r[a]) for a in axes],
                       f"{r['lam']:g}", *([sel] if first else []),
                       *[_pm(r, m) for m in metrics]])
     text = (f"# Re-run of the label-free picks of {source} on new seeds\n\n"
@@ -129,10 +124,6 @@ def rerun_table(chosen: pd.DataFrame, finals: pd.DataFrame, axes: Sequence[str],
             "reference), its mean on the seeds it was chosen on, and its mean ± std over "
             f"the new seeds ({_seeds(finals)}).\n\n" + md_table(header, lines) + "\n")
     return tidy, text
-
-
-def _show(value: object) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _pm(row: dict, metric: str) -> str:

@@ -1,13 +1,11 @@
-"""Read and check `results.parquet`, and reduce it to final-epoch rows per trial.
+"""Read and check `results.parquet` (docs/DESIGN.md, "Results contract"), and reduce it to one
+final row per trial.
 
-The contract (docs/DESIGN.md, "Results contract"): one row per trial and epoch. A trial's final row
-is its row marked `selected` (a label-free stopping rule's epoch), else its row with the largest
-epoch. A trial is *excluded* (diverged or failed) when its `status`
-starts with "diverged" or "error", or its final `mi` / `train_acc` / `loss_task` is NaN or inf
-(`mi` and `loss_task` are only checked for rows with a lambda; `mi` only for methods that
-report a finite one somewhere in the results, as methods without an MI estimator of their own
-report NaN; `loss_task` only when the trial recorded it at all). Excluded trials are listed, never
-averaged or chosen.
+A trial is *excluded* (diverged or failed) when its `status` starts with "diverged" or "error",
+or its final `mi` / `train_acc` / `loss_task` is NaN or inf (`mi` and `loss_task` only for rows
+with a lambda; `mi` only for methods that report a finite one somewhere, as methods without an
+MI estimator of their own report NaN; `loss_task` only where the trial recorded it). Excluded
+trials are listed, never averaged or chosen.
 """
 
 from __future__ import annotations
@@ -18,38 +16,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.specs import AXIS_KINDS, BENCHMARK_METRICS, TABLE_SPECS, present_axes
+from analysis.specs import AXIS_KINDS, BENCHMARK_METRICS, TABLE_SPECS
 from unbiased.stopping import FLOOR_MARGIN_NATS
 
 RESULTS_FILE = "results.parquet"
 
 # column -> kind; kinds: "string", "float" (int accepted and widened), "integer".
 REQUIRED_COLUMNS: dict[str, str] = {
-    "experiment": "string",
-    "trial_id": "string",
-    "benchmark": "string",
-    "method": "string",
-    "lam": "float",
-    "K": "integer",
-    "seed": "integer",
-    "epoch": "integer",
-    "mi": "float",
-    "train_acc": "float",
-    "test_acc": "float",
-    "time_s": "float",
-    "mi_eval": "float",
+    "experiment": "string", "trial_id": "string", "benchmark": "string", "method": "string",
+    "lam": "float", "K": "integer", "seed": "integer", "epoch": "integer", "mi": "float",
+    "train_acc": "float", "test_acc": "float", "time_s": "float", "mi_eval": "float",
 }
 # Optional columns are checked only when present; integers among them may also be floats.
 # Besides the generic ones: every registered benchmark's data axes and metrics.
 OPTIONAL_COLUMNS: dict[str, str] = {
     **AXIS_KINDS,
     **{metric: "float" for metric in BENCHMARK_METRICS},
-    "loss_task": "float",
-    "epochs": "float",
-    "mi_eval_cond": "float",
-    "selected_mi_eval": "float",
-    "selected_mi_eval_cond": "float",
-    "status": "string",
+    "loss_task": "float", "epochs": "float", "mi_eval_cond": "float",
+    "selected_mi_eval": "float", "selected_mi_eval_cond": "float", "status": "string",
     "node": "string",
 }
 MI_METHOD = "mi_backprop"
@@ -60,10 +44,6 @@ MI_METHOD = "mi_backprop"
 RUNAWAY_NATS = -5.0
 # Statuses of trials that ran to the end but carry a warning start with this.
 OK_WARNING = "ok; "
-# The keys that make one selection group, plus the registered benchmarks' data axes the rows
-# have (each value of one is a group of its own).
-GROUP_KEYS: tuple[str, ...] = ("benchmark", "K", "method")
-# Metrics averaged per lambda when present.
 METRICS: tuple[str, ...] = tuple(dict.fromkeys(
     ("test_acc", "train_acc", "mi", "mi_eval", "mi_eval_cond", *BENCHMARK_METRICS,
      "loss_task", "epoch")))
@@ -74,20 +54,15 @@ class ResultsError(ValueError):
     """results.parquet breaks the contract; the message is one line naming the column."""
 
 
-def _is_all_missing(s: pd.Series) -> bool:
-    return bool(s.isna().all())
-
-
 def _check_column(name: str, s: pd.Series, kind: str, strict_int: bool) -> pd.Series:
     dtype = s.dtype
     where = f"{RESULTS_FILE}: column {name!r}"
     if kind == "string":
         is_object = pd.api.types.is_object_dtype(dtype)
-        if pd.api.types.is_string_dtype(dtype) and (
-                not is_object or pd.api.types.infer_dtype(s, skipna=True) in ("string",
-                                                                                "empty")):
+        if pd.api.types.is_string_dtype(dtype) and (not is_object or pd.api.types.infer_dtype(
+                s, skipna=True) in ("string", "empty")):
             return s.astype("object").where(s.notna(), None)
-        if is_object and _is_all_missing(s):
+        if is_object and s.isna().all():
             return s.astype("object")
         raise ResultsError(f"{where} has dtype {dtype}, expected string")
     if pd.api.types.is_bool_dtype(dtype):
@@ -101,14 +76,14 @@ def _check_column(name: str, s: pd.Series, kind: str, strict_int: bool) -> pd.Se
         return s.astype("int64")
     if pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_float_dtype(dtype):
         return pd.Series(s.to_numpy(dtype="float64", na_value=np.nan), index=s.index, name=name)
-    if pd.api.types.is_object_dtype(dtype) and _is_all_missing(s):
+    if pd.api.types.is_object_dtype(dtype) and s.isna().all():
         return pd.Series(np.full(len(s), np.nan), index=s.index, name=name)
     raise ResultsError(f"{where} has dtype {dtype}, expected float")
 
 
 def validate(df: pd.DataFrame) -> pd.DataFrame:
     """Check columns and dtypes; return a copy with normalised dtypes (object strings,
-    float64, int64). Raises ResultsError with a one-line message naming the column."""
+    float64, int64)."""
     out = df.copy()
     for name, kind in REQUIRED_COLUMNS.items():
         if name not in out.columns:
@@ -128,11 +103,7 @@ def validate(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_results(results_dir: str | Path) -> pd.DataFrame:
-    """Read `results_dir/results.parquet` and validate it.
-
-    Raises FileNotFoundError when the file is missing and ResultsError when it is unreadable or
-    breaks the contract.
-    """
+    """Read `results_dir/results.parquet` and validate it (FileNotFoundError, ResultsError)."""
     path = Path(results_dir) / RESULTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
@@ -144,11 +115,6 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     return validate(df)
 
 
-def group_keys(df: pd.DataFrame) -> list[str]:
-    """Columns that identify one selection group in `df`."""
-    return [*GROUP_KEYS, *present_axes(df.columns)]
-
-
 def _nonfinite(value: object) -> bool:
     try:
         return not math.isfinite(float(value))  # type: ignore[arg-type]
@@ -157,8 +123,7 @@ def _nonfinite(value: object) -> bool:
 
 
 def methods_reporting_mi(df: pd.DataFrame) -> set[str]:
-    """Methods with a finite `mi` in some row: they have an MI estimator of their own
-    (mi_backprop); the others report NaN at every epoch and are not judged by it."""
+    """Methods with a finite `mi` in some row; the others have no MI estimator of their own."""
     if "mi" not in df.columns or "method" not in df.columns:
         return set()
     finite = np.isfinite(df["mi"].to_numpy(dtype=float))
@@ -186,33 +151,26 @@ def _exclusion_reason(trial: pd.DataFrame, final: pd.Series, mi_methods: set[str
 
 
 def selected_mask(df: pd.DataFrame) -> pd.Series:
-    """Rows a label-free stopping rule marked as its trial's reported epoch (`selected`);
-    all False where the rows have no such column."""
+    """Rows a label-free stopping rule marked as its trial's reported epoch (`selected`)."""
     if "selected" not in df.columns:
         return pd.Series(False, index=df.index)
     return df["selected"].fillna(False).astype(bool)
 
 
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per trial: the row marked `selected` (a label-free stopping rule's epoch),
-    else the row with the largest epoch, plus `excluded` (bool) and `reason` (str, empty for
-    kept trials)."""
+    """One row per trial: the row marked `selected` (a label-free stopping rule's epoch), else
+    the last, plus `excluded` (bool) and `reason` (str, empty for kept trials)."""
     columns = list(df.columns) + [f"{c}_at_selection" for c in ("mi_eval", "mi_eval_cond")
                                   if f"selected_{c}" in df.columns and c in df.columns] \
         + ["estimator_failed", "excluded", "reason"]
     if df.empty:
         return pd.DataFrame(columns=columns)
     ordered = df.sort_values(["trial_id", "epoch"], kind="stable")
-    if "selected" in ordered.columns:
-        # The row a label-free stopping rule chose (one per trial), else the last one.
-        picked = selected_mask(ordered)
-        has_pick = picked.groupby(ordered["trial_id"]).transform("any")
-        last = ~ordered.duplicated("trial_id", keep="last")
-        ordered_final = ordered[(picked & has_pick) | (last & ~has_pick)]
-        finals = ordered_final.groupby("trial_id", sort=True).tail(1)
-    else:
-        finals = ordered.groupby("trial_id", sort=True).tail(1)
-    finals = finals.set_index("trial_id", drop=False)
+    picked = selected_mask(ordered)
+    has_pick = picked.groupby(ordered["trial_id"]).transform("any")
+    last = ~ordered.duplicated("trial_id", keep="last")
+    finals = ordered[(picked & has_pick) | (last & ~has_pick)].groupby(
+        "trial_id", sort=True).tail(1).set_index("trial_id", drop=False)
     mi_methods = methods_reporting_mi(df)
     reasons = {tid: _exclusion_reason(trial, finals.loc[tid], mi_methods)
                for tid, trial in ordered.groupby("trial_id", sort=True)}
@@ -265,8 +223,7 @@ def critic_warning(trial: pd.DataFrame) -> str:
 
 
 def excluded_mask(finals: pd.DataFrame) -> pd.Series:
-    """Which final rows are diverged/failed. Works on frames with or without the `excluded`
-    column made by `final_rows` (then it checks status and non-finite values itself)."""
+    """Which final rows are diverged/failed, also on frames without `final_rows`' `excluded`."""
     if "excluded" in finals.columns:
         return finals["excluded"].astype(bool)
     mask = pd.Series(False, index=finals.index)
@@ -284,15 +241,11 @@ def excluded_mask(finals: pd.DataFrame) -> pd.Series:
 
 
 def per_lambda(finals: pd.DataFrame) -> pd.DataFrame:
-    """Aggregate the kept final rows of one group per lambda (sorted ascending; a lambda whose
-    trials were all excluded has n == 0 and NaN metrics).
-
-    Columns: `lam`, `n` (kept trials), `n_excluded`, `n_failed` (kept trials whose fresh
-    estimate failed, `estimator_failed`; only when `finals` has that column made by
-    `final_rows`), and for each metric present `<m>`
-    (mean over seeds, skipping NaN) and `<m>_std` (pandas default ddof=1) and `<m>_n` (seeds
-    with a value). `mi_eval` is NaN for a lambda unless every kept seed has one.
-    """
+    """The kept final rows of one group per lambda (ascending; a lambda whose trials were all
+    excluded has n == 0 and NaN metrics): `lam`, `n`, `n_excluded`, `n_failed` (kept trials
+    whose fresh estimate failed, where `finals` says), and per metric `<m>` (mean, skipping
+    NaN), `<m>_std` (ddof=1), `<m>_n`. `mi_eval` is NaN for a lambda unless every kept seed
+    has one."""
     excluded = excluded_mask(finals)
     kept = finals[~excluded]
     lams = sorted(set(finals["lam"].dropna().astype(float)))

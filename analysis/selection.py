@@ -1,12 +1,8 @@
-"""Model-selection rules: which lambda to report for one group of trials.
+"""Model-selection rules (DomainBed style): which lambda to report for one group of trials
+(benchmark, K, method, each data axis the rows have), from its kept seeds averaged per lambda.
 
-A group is one (benchmark, K, method, and each data axis the rows have); its final-epoch rows
-may hold several seeds per lambda. Every rule first drops excluded (diverged/failed) trials, then
-averages the remaining seeds per lambda, then chooses. A lambda with no kept trial is not a
-candidate. The label-free rules read MI, so they also pass over a lambda whose fresh estimate
-failed on some seed (`estimator_failed`: read far below its prediction floor, so its MI is
-not known; a failed estimator reads ~0 and would otherwise win). Each rule is a small class
-with a `name` and `choose(finals) -> Choice` (DomainBed style).
+The label-free rules pass over a lambda whose fresh estimate failed on some seed
+(`estimator_failed`): a failed estimator reads ~0 and would otherwise win.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ class NoCandidateError(ValueError):
 
 
 def candidates(finals: pd.DataFrame) -> pd.DataFrame:
-    """Per-lambda means over kept seeds, only lambdas with at least one kept trial."""
+    """Per-lambda means over kept seeds; a lambda with no kept trial is not a candidate."""
     table = per_lambda(finals)
     table = table[table["n"] > 0].reset_index(drop=True)
     if table.empty:
@@ -104,10 +100,8 @@ class _FitsTraining(SelectionRule, ABC):
 
 
 class LowestMI(_FitsTraining):
-    """Among lambdas whose mean train accuracy is within `tolerance` (absolute) of the best
-    lambda's and whose MI every seed measured (`measured`), the one with the lowest MI
-    (`mi_eval` when every candidate has it, else `mi`); ties within 1e-9 go to the higher
-    lambda. Uses no test labels."""
+    """The lowest MI among lambdas that fit (mean train accuracy within `tolerance` of the
+    best) and were `measured`; ties go to the higher lambda. Uses no test labels."""
 
     name = "lowest-MI (label-free)"
     key = "lowest_mi"
@@ -175,21 +169,15 @@ class OracleTest(SelectionRule):
     key = "oracle_test"
     label_free = False
 
-    def __init__(self, metric: str = "test_acc") -> None:
-        self.metric = metric
-
     def choose(self, finals: pd.DataFrame) -> Choice:
         table = candidates(finals)
-        top = float(table[self.metric].max())
-        tied = table[table[self.metric] >= top - TIE_ATOL]
+        top = float(table["test_acc"].max())
+        tied = table[table["test_acc"] >= top - TIE_ATOL]
         lam = float(tied["lam"].max())
-        reason = f"best mean {self.metric} ({top:.4f}) among λ ∈ {{{_lams(table['lam'])}}}"
+        reason = f"best mean test_acc ({top:.4f}) among λ ∈ {{{_lams(table['lam'])}}}"
         if len(tied) > 1:
             reason += f"; tie between λ ∈ {{{_lams(tied['lam'])}}} -> highest"
         return Choice(lam, self.name, reason)
-
-    def __repr__(self) -> str:
-        return f"OracleTest(metric={self.metric!r})"
 
 
 def default_rules(tolerance: float = 0.05) -> tuple[SelectionRule, ...]:

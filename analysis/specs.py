@@ -1,11 +1,6 @@
-"""What each benchmark's paper table is, as plain data: `TABLE_SPECS[benchmark]`, one per
-registered benchmark (unbiased/benchmarks/__init__.py), in the registry's order.
-
-analysis.tables builds every paper table from its spec with one builder, and
-analysis.results accepts exactly the benchmarks named here, so a benchmark is added by
-registering it: its spec module holds its table and published rows. The dataclasses live in
-unbiased/benchmarks/spec.py (torch-free, importable by the benchmarks without the analysis).
-"""
+"""The registry's benchmarks as the analysis reads them: `TABLE_SPECS[benchmark]` (in the
+registry's order), their metrics and data axes. A benchmark is added by registering it; the
+dataclasses live in unbiased/benchmarks/spec.py (torch-free)."""
 
 from __future__ import annotations
 
@@ -32,20 +27,16 @@ def axis_label(symbol: str, value: float) -> str:
     return f"{symbol}={value:g}"
 
 
-# In the order table.md shows them.
 TABLE_SPECS: dict[str, TableSpec] = {spec.name: spec.table for spec in all_specs()}
-# The per-epoch metrics the benchmarks report beyond the generic ones (German's eo, IMDB's
-# acc_eb1 / acc_eb2 / acc_test, Biased MNIST's biased_acc), and their data axes (each value
-# of one is a selection group of its own).
+# The per-epoch metrics the benchmarks report beyond the generic ones (German's eo, ...).
 BENCHMARK_METRICS: tuple[str, ...] = tuple(dict.fromkeys(
     c for spec in all_specs() for c in spec.columns))
 # The metric each benchmark draws per lambda beside test accuracy, with its axis label.
 TRADE_OFFS: dict[str, tuple[str, str]] = {spec.name: spec.trade_off for spec in all_specs()
                                           if spec.trade_off is not None}
-# How table.md names each of them (the spec's column_labels, else the column's own name).
-METRIC_LABELS: dict[str, str] = {c: label for spec in all_specs()
-                                 for c in spec.columns
-                                 for label in [spec.column_labels.get(c, c)]}
+METRIC_LABELS: dict[str, str] = {c: spec.column_labels.get(c, c) for spec in all_specs()
+                                 for c in spec.columns}
+# Each value of a data axis is a selection group of its own.
 DATA_AXES: tuple[str, ...] = tuple(dict.fromkeys(
     a for spec in all_specs() for a in spec.data_axes))
 # Each data axis's results column kind ("float" or "string") and its label format, if any.
@@ -60,27 +51,23 @@ AXIS_SYMBOLS: dict[str, str] = {spec.columns.key: spec.columns.symbol
 
 
 def present_axes(columns: object) -> list[str]:
-    """The registry's data axes among `columns` (a frame's columns, a mapping's keys), in
-    the registry's order."""
+    """The registry's data axes among `columns`, in the registry's order."""
     return [axis for axis in DATA_AXES if axis in columns]  # type: ignore[operator]
 
 
 def valued_axes(frame: pd.DataFrame) -> list[str]:
-    """The registry's data axes `frame` has a value of somewhere (its benchmarks' axes; a
-    column of another benchmark's axis, all NaN here, left out)."""
+    """The registry's data axes `frame` has a value of somewhere."""
     return [axis for axis in present_axes(frame.columns) if frame[axis].notna().any()]
 
 
 def data_labels(values: Mapping[str, object]) -> list[str]:
-    """The labels of a row's (or a group key's) values on the registry's data axes, in their
-    order; axes it lacks or holds NaN for are left out."""
+    """The labels of a row's (or a group key's) values on the registry's data axes."""
     return [label for axis in DATA_AXES if axis in values
             if (label := axis_value_label(axis, values[axis])) is not None]
 
 
 def axis_value_label(axis: str, value: object) -> str | None:
-    """A label of one data axis value ("σ=0.030", "train EB1", "ρ=0.997"); None when
-    the rows have none (NaN: another benchmark's axis)."""
+    """A label of one data axis value ("σ=0.030", "train EB1"); None for NaN."""
     if isinstance(value, str):
         return AXIS_FORMATS.get(axis, f"{axis} {{value}}").format(value=value)
     if isinstance(value, float) and math.isfinite(value):

@@ -1,14 +1,6 @@
 """The paper's tables from each trial's reported row, as markdown (`table.md`) and a tidy frame
-(`table.parquet`: benchmark, block, row, column, mean, std, n, source, rule, lam).
-
-Every benchmark's paper table is `paper_table` on its spec (analysis.specs.TABLE_SPECS): the
-spec says which columns, metrics and published rows a table has; the builder knows no
-benchmark by name.
-
-Every number is a trial's reported epoch (the row a label-free stopping rule picked, else its
-last; `analysis.results.final_rows`), averaged over the kept (non-diverged) seeds of one
-lambda; std is pandas' default sample std (ddof=1), NaN for a single seed.
-"""
+(`table.parquet`). Every benchmark's paper table is `paper_table` on its spec
+(analysis.specs.TABLE_SPECS): the builder knows no benchmark by name."""
 
 from __future__ import annotations
 
@@ -28,18 +20,9 @@ from analysis.notes import (
     warnings_section,
 )
 from analysis.paper_table import paper_table
-from analysis.results import (
-    excluded_mask,
-)
-from analysis.selection import (
-    HighestFittingLambda,
-    LowestMI,
-    SelectionRule,
-    default_rules,
-)
-from analysis.specs import (
-    TABLE_SPECS,
-)
+from analysis.results import excluded_mask
+from analysis.selection import HighestFittingLambda, LowestMI, SelectionRule, default_rules
+from analysis.specs import TABLE_SPECS
 
 
 def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
@@ -65,7 +48,7 @@ def build_tables(df: pd.DataFrame, finals: pd.DataFrame,
     body: list[str] = []
     for bench, spec in TABLE_SPECS.items():
         if not (finals["benchmark"] == bench).any():
-            continue  # a benchmark with no rows is skipped
+            continue
         c1, md1 = paper_table(spec, finals, rules)
         c2, md2 = lambda_sections(finals, bench, rules)
         cells += c1 + c2

@@ -10,7 +10,7 @@ import pytest
 from analysis import build_all
 from analysis.ablations import ablation_axis, ablation_section, per_trial
 from analysis.io import atomic_write_parquet
-from analysis.synthetic import frame, trial
+from tests.synthetic import frame, trial
 
 
 def _critic_rows() -> pd.DataFrame:

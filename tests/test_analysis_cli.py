@@ -12,7 +12,7 @@ import pytest
 
 from analysis.io import atomic_write, atomic_write_bytes, atomic_write_text
 from analysis.results import ResultsError, load_results, validate
-from analysis.synthetic import frame, trial
+from tests.synthetic import frame, trial
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from analysis.figures import table_figure, trade_off_figure
 from analysis.io import atomic_write_parquet
 from analysis.results import final_rows
 from analysis.specs import TABLE_SPECS
-from analysis.synthetic import demo, frame, trial
+from tests.synthetic import demo, frame, trial
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,7 +17,7 @@ from analysis.selection import (
     OracleTest,
     default_rules,
 )
-from analysis.synthetic import frame, trial
+from tests.synthetic import frame, trial
 
 NAN = math.nan
 

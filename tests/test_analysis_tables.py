@@ -13,8 +13,8 @@ import pytest
 from analysis import build_all
 from analysis.io import atomic_write_parquet
 from analysis.results import final_rows, spearman
-from analysis.synthetic import frame, trial
 from analysis.tables import TIDY_COLUMNS, build_tables
+from tests.synthetic import frame, trial
 
 NAN = math.nan
 

@@ -39,7 +39,7 @@ def test_analysis_reports_the_selected_row_not_the_last():
     import pandas as pd
 
     from analysis.results import final_rows
-    from analysis.synthetic import frame, trial
+    from tests.synthetic import frame, trial
 
     picked = trial(lam=1.0, epochs=3, test_acc=0.6, mi_eval=2.0, trial_id="a")
     plain = trial(lam=0.0, epochs=3, test_acc=0.3, mi_eval=3.0, trial_id="b")
@@ -57,8 +57,8 @@ def test_analysis_reports_the_selected_row_not_the_last():
 
 def test_table_md_says_its_cells_are_the_reported_epoch_when_a_rule_picked_one():
     from analysis.results import final_rows
-    from analysis.synthetic import frame, trial
     from analysis.tables import build_tables
+    from tests.synthetic import frame, trial
 
     df = frame(trial(lam=1.0, epochs=3, trial_id="a") + trial(lam=0.0, epochs=3, trial_id="b"))
     _, plain_md = build_tables(df, final_rows(df))
@@ -133,8 +133,8 @@ def test_old_checkpoint_records_still_load():
 
 def test_the_reported_mi_is_the_independent_re_estimate_and_warnings_reach_the_table():
     from analysis.results import critic_warning, final_rows
-    from analysis.synthetic import frame, trial
     from analysis.tables import build_tables
+    from tests.synthetic import frame, trial
 
     picked = trial(lam=1.0, epochs=3, test_acc=0.6, mi_eval=2.0, trial_id="a")
     plain = trial(lam=0.0, epochs=3, test_acc=0.3, mi_eval=3.0, trial_id="b")

@@ -1,8 +1,4 @@
-"""Small synthetic results frames in the contract's shape, for tests and demos.
-
-`trial(...)` makes the per-epoch rows of one trial whose final-epoch values are exactly the
-given ones (earlier epochs ramp towards them); `frame(rows)` gives them the contract dtypes.
-"""
+"""Small synthetic results frames in the contract's shape, for tests and demos."""
 
 from __future__ import annotations
 
@@ -19,8 +15,8 @@ def trial(*, benchmark: str = "digits", lam: float = 0.0, sigma: float = 0.03, K
           test_acc: float = 0.5, mi_eval: float = NAN, method: str = "mi_backprop",
           status: str = "ok", trial_id: str | None = None, experiment: str = "synthetic",
           **final_extra: Any) -> list[dict[str, Any]]:
-    """Rows of one trial; `final_extra` (eo, acc_eb2, train_split, loss_task, ...) is set on
-    every row, numeric ones ramping like the accuracies."""
+    """Rows of one trial whose final epoch holds exactly the given values (earlier epochs ramp
+    towards them); `final_extra` (eo, train_split, loss_task, ...) is set on every row."""
     split = f"_{final_extra['train_split']}" if "train_split" in final_extra else ""
     tid = trial_id or f"{benchmark}{split}_s{sigma:g}_l{lam:g}_K{K}_seed{seed}_{method}"
     rows = []
