@@ -154,3 +154,13 @@ def build_device(config: dict) -> torch.device:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
+
+
+def bias_strength_line(rows: list[dict], axis: str, head: str) -> str:
+    """The start line of the mean `colour_only_acc` of `rows` at each value of `axis`."""
+    means: dict[float, list[float]] = {}
+    for row in rows:
+        means.setdefault(row[axis], []).append(row["colour_only_acc"])
+    return (f"{head}: colour alone classifies "
+            + ", ".join(f"{sum(v) / len(v):.3f} at {axis} {a:g}" for a, v in means.items())
+            + " of the training digits")

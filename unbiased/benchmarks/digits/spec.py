@@ -19,6 +19,7 @@ from unbiased.benchmarks.spec import (
     Protocol,
     PublishedRow,
     TableSpec,
+    bias_strength_line,
     build_device,
 )
 from unbiased.search import ARMS
@@ -265,12 +266,8 @@ def describe(values: dict, loaded: dict) -> tuple[dict, list[str]]:
              "colour_only_acc": round(strength(digits, float(sigma), int(seed), palette,
                                                stroke), 4)}
             for sigma in values["sigma"] for seed in values["seeds"]]
-    means: dict[float, list[float]] = {}
-    for row in rows:
-        means.setdefault(row["sigma"], []).append(row["colour_only_acc"])
-    line = (f"bias strength (palette {palette}, stroke {stroke}): colour alone classifies "
-            + ", ".join(f"{sum(v) / len(v):.3f} at sigma {s:g}" for s, v in means.items())
-            + " of the training digits")
+    line = bias_strength_line(rows, "sigma", f"bias strength (palette {palette}, stroke "
+                                             f"{stroke})")
     return {"bias_strength": rows}, [line]
 
 
