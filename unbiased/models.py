@@ -66,8 +66,6 @@ def resolve_imagenet_weights(arch: str, weights: str | None) -> str | None:
     torch hub cache, downloaded once; else a path to a state_dict."""
     import os
 
-    import torch
-
     from unbiased.data import DataError, DataMissing
 
     if arch not in RESNETS:
@@ -120,8 +118,6 @@ class ResNetFeatures(nn.Module):
 
 
 def _load_backbone(net: nn.Module, path: str, arch: str) -> None:
-    import torch
-
     from unbiased.data import DataError
 
     try:

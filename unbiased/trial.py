@@ -1,22 +1,13 @@
 """A trial: where each of its per-epoch rows comes from (nothing here imports Ray).
 
-`run_trial` trains the config's `method` for `epochs` epochs and reports one row of metrics
-per epoch, with a checkpoint, to its session; a restart continues from the session's
-checkpoint. The final report also carries `mi_eval` (MI by a fresh statistics network on the
-frozen training features), `mi_eval_cond` (c shuffled within each label) and
-`selected_epoch` (the last, or the one the label-free lowest-MI rule picks; its g and f are
-then under "selected" in the final checkpoint).
+`run_trial` reports one row of metrics per epoch, with a checkpoint, to its session
+(`TrialSession`); a restart continues from the session's checkpoint. A checkpoint is one
+state per member (a plain trial has one, ""), made files here so that `ckpt_s` counts the
+writing and every session stores the same bytes.
 
-The session (`TrialSession`) takes reports and checkpoints, gives back the checkpoint to
-continue from and can read another trial's (a warm start). A checkpoint is one state per
-member (a plain trial has one, ""), made files here so that `ckpt_s` counts the writing:
-every session (`StoreSession`, `TuneSession` in trainables/, `MemorySession`) stores the
-same bytes.
-
-A trial bundle (`--bundle N`, `run_bundle`) trains several mi_backprop grid points, its
-"members", as one trial through `MIBackpropBundle`; everything after an epoch's training is
-as in run_trial, per member. A report carries each member's metrics under "m<i>/"; a member
-that diverges reports it once and is frozen, the others go on.
+A trial bundle (`--bundle N`, `run_bundle`) trains several mi_backprop grid points as one
+trial; everything after an epoch's training is as in run_trial, per member, reported under
+"m<i>/". A member that diverges reports it once and is frozen, the others go on.
 """
 
 from __future__ import annotations
@@ -223,10 +214,7 @@ class Plan:
     method: str
     select: str  # one of SELECT_EPOCH_RULES
     mi_steps: int
-    # The stopping rule re-estimates MI every `every` epochs and at the last, and picks among
-    # those epochs: on a long schedule a re-estimate every epoch would cost more than the
-    # training (docs/MEASURED.md, "The GPU path on an H200").
-    every: int
+    every: int  # MI re-estimated every `every` epochs and at the last
     fail_at: int | None  # the fail_once_at_epoch test hook
     cuda_graphs: bool = False  # the fresh critics' steps replayed as CUDA graphs too
     balanced: bool = False  # mi_eval_weights groups: the fresh estimates group-balanced
@@ -519,7 +507,6 @@ def close_epoch(algo, plan: Plan, rule: EpochPicker | None, metrics: dict,
     return state, ckpt_start
 
 
-# A trial bundle (module docstring).
 WATCHED = ("loss_task", "penalty", "mi_batch", "mi")
 
 

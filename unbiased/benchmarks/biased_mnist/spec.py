@@ -37,7 +37,6 @@ from unbiased.benchmarks.spec import (
 )
 from unbiased.settings import setting
 
-# ------------------------------------------------------------------- the benchmark's spec
 
 @dataclass
 class BiasedMnistSettings:

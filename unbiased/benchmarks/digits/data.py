@@ -36,9 +36,7 @@ C_DIM = 3 * C_BINS
 GROUPINGS: tuple[str, ...] = ("cells", "palette")
 SOURCES = ("mnist5k", "mnist")
 
-# Mean RGB colour per digit class 0..9. Kim et al. did not publish theirs in the paper; these
-# are ten well separated colours (every pair differs by >= 0.5 in some channel, i.e. by at
-# least 4 of the 8 c-bins), documented here so runs are comparable.
+# Ten well separated colours: every pair differs by >= 0.5 (4 of the 8 c-bins) in some channel.
 CLASS_COLOURS = torch.tensor([
     [0.90, 0.10, 0.10],  # 0 red
     [0.10, 0.90, 0.10],  # 1 green
@@ -61,13 +59,9 @@ DISTINCT_COLOURS = torch.tensor([
 ], dtype=torch.float32)
 DISTINCT_COLOURS = DISTINCT_COLOURS / DISTINCT_COLOURS.amax(dim=1, keepdim=True)
 
-# Kim et al.'s class means, as far as public images of their data files show them: each the
-# plain average over every training digit of its class in hushon/learning-not-to-learn-
-# tensorflow's dataset_inspector.ipynb and colored-mnist-example.png (n: notebook + figure),
-# an ESTIMATE with a standard error of ~0.096 / sqrt(n) per channel. Their within-class std
-# (0.096) is below the 0.141-0.224 that sigma read as a variance predicts; we keep sigma as
-# the variance (Kim's option.py). How each number was read: docs/MEASURED.md, "What public
-# images of Kim's files show"; bench/kim_palette.py re-derives them.
+# Kim et al.'s class means as public images of their data files show them (n: images read),
+# an ESTIMATE with a standard error of ~0.096 / sqrt(n) per channel. How each was read:
+# docs/MEASURED.md, "What public images of Kim's files show"; bench/kim_palette.py.
 KIM_COLOURS = torch.tensor([
     [0.861, 0.105, 0.241],  # 0 crimson      n = 2 + 4
     [0.096, 0.520, 0.563],  # 1 teal         n = 6 + 4

@@ -9,21 +9,15 @@ valid date (the release's README: `datevec(datenum(photo_taken,7,1)-dob)`), a fi
 or with an unreadable JPEG header.
 
 Splits (`build_splits`). Alvi et al.'s exact construction is not public; ours is
-deterministic (no seed: a function of imdb.mat and the files present) and uses two hash
-orders, blake2b of the celebrity id and of the image path:
-1. Identities: a celebrity (celeb_id) is a *test identity* when its hash falls in the lowest
-   TEST_IDENTITY_FRACTION (20%) of the hash range. All images of a person are on one side,
-   so the test set shares no image and no person with EB1 or EB2.
+deterministic and uses two hash orders, blake2b of the celebrity id and of the image path:
+1. A celebrity is a *test identity* when its hash falls in the lowest 20% of the hash range,
+   so the test set shares no person with EB1 or EB2.
 2. Test: images of test identities, any age and gender (the paper's "unrestricted"), the
-   first PAPER_SIZES["test"] = 22,468 in image-hash order (a uniform sample; all if fewer).
-3. EB1: images of the other identities of women aged 0-29 and men aged 40+; EB2: men aged
-   0-29 and women aged 40+ (the paper's "0-30" read as [0, 30), "older than 40" as 40+, so
-   no 5-year age bin is shared between the young and the old; ages 30-39 enter neither
-   split). Each is cut to the first 36,003 / 16,799 images in image-hash order (the paper's
-   sizes; all if fewer). EB1 and EB2 are disjoint by construction (different gender x age
-   cells), and disjoint from the test set by identity.
-4. Optional training subsets (`train_subset`, 2,000 in the paper): the first N images of the
-   training split in image-hash order, the same for every seed.
+   first 22,468 in image-hash order.
+3. EB1: the other identities' women aged 0-29 and men aged 40+; EB2: men aged 0-29 and women
+   aged 40+ (the paper's "0-30" read as [0, 30), so no 5-year age bin is shared between the
+   young and the old). Each is cut to the first 36,003 / 16,799 images in image-hash order.
+4. Training subsets (`train_subset`): the first N images in image-hash order, every seed.
 
 Labels: y = gender (1 male, as imdb.mat); c = age in 5-year bins, one-hot, 21-d. Inputs:
 torchvision's ImageNet evaluation preprocessing, the same every epoch.
