@@ -17,8 +17,7 @@ Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class DataError(Exception):
-    """A data set is missing, unreadable or malformed: a one-line message saying how to fix
-    it, printed without a traceback."""
+    """A data set is missing, unreadable or malformed: one line saying how to fix it."""
 
 
 class DataMissing(DataError):
@@ -66,8 +65,7 @@ class TensorSplit:
 
 
 class Split(Protocol):
-    """What the training loop needs of a split: y and c as tensors on the training device and
-    mini-batches in a row order the loop chooses."""
+    """y and c on the training device; mini-batches in a row order the loop chooses."""
 
     y: torch.Tensor
     c: torch.Tensor
@@ -216,8 +214,7 @@ VAL_SPLIT = "val_acc"  # the validation split's name among a benchmark's evaluat
 
 
 def hold_out(bench: Benchmark, fraction: float, seed: int) -> Benchmark:
-    """`fraction` of the training rows held out as `val_acc`: a uniform draw, so with the
-    training rows' bias."""
+    """`fraction` of the training rows held out as `val_acc`, a uniform draw."""
     if not 0 < fraction < 1:
         raise ValueError(f"the validation fraction must be in (0, 1), got {fraction}")
     n = len(bench.train)

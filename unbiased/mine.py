@@ -80,8 +80,7 @@ def permutation(n: int, generator: torch.Generator | None, device: torch.device
 
 def dv_bound(t_joint: torch.Tensor, t_marg: torch.Tensor, w_joint: torch.Tensor | None = None,
              w_marg: torch.Tensor | None = None) -> torch.Tensor:
-    """mean(T_joint) - log mean(exp T_marg); with weights, both means weighted
-    (docs/METRICS.md, "Balanced MI")."""
+    """mean(T_joint) - log mean(exp T_marg), both means weighted by any weights."""
     if w_joint is None:
         return t_joint.mean() - log_mean_exp(t_marg)
     return (w_joint * t_joint).sum() / w_joint.sum() - log_mean_exp(t_marg, w_marg)

@@ -13,8 +13,7 @@ from torch import nn
 
 
 class LeNetFeatures(nn.Module):
-    """g for Colored MNIST (the authors' code: z of 64; `z_relu` as their slim's default
-    activation)."""
+    """g for Colored MNIST (the authors' code; `z_relu`: their slim's default)."""
 
     def __init__(self, z_dim: int = 64, in_channels: int = 3, z_relu: bool = False,
                  width: int = 64):
@@ -182,8 +181,7 @@ KIM_MAP_CHANNELS = 32
 
 
 class KimFeatures(nn.Module):
-    """g of Kim et al.'s `convnet` (models.py:11-44 of feidfoe/learning-not-to-learn); z is
-    the 32x14x14 map their colour heads read."""
+    """g of Kim et al.'s `convnet`; z is the 32x14x14 map their colour heads read."""
 
     def __init__(self, in_channels: int = 3):
         super().__init__()

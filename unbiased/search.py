@@ -36,8 +36,7 @@ DIGITS = 3
 
 @dataclass(frozen=True)
 class Arm:
-    """`method` with the settings in `held` fixed, the rest of its space drawn. With lam held
-    at 0 the method is ERM, so only ERM's own space is drawn."""
+    """`method` with `held` fixed, the rest drawn (with lam held at 0: ERM's space)."""
 
     method: str
     label: str

@@ -310,8 +310,7 @@ class WarmStartError(RuntimeError):
 
 
 def warm_start(algo, session: TrialSession, source: str) -> None:
-    """g, f and their optimiser's state from the last checkpoint of trial `source` (the
-    lam = 0 trial of this data point and seed)."""
+    """g, f and their optimiser's state from the last checkpoint of trial `source`."""
     files = session.checkpoint_of(source)
     if files is None:
         raise WarmStartError(f"warm start: trial {source} (the lam = 0 trial this one "
@@ -371,8 +370,7 @@ def fresh_estimates(algo, plan: Plan) -> dict[str, float]:
 
 def select_epoch(algo, plan: Plan, rule: EpochPicker | None, state: dict,
                  metrics: dict) -> float:
-    """At the last epoch: `selected_epoch`, and with the stopping rule its weights and its
-    estimates again with another seed. Returns the seconds spent re-estimating."""
+    """At the last epoch: `selected_epoch`; returns the seconds spent re-estimating."""
     epoch = int(metrics["epoch"])
     chosen = rule.pick() if rule is not None else epoch
     if chosen is None:
@@ -407,8 +405,7 @@ def report_with_checkpoint(session: TrialSession, states: dict[str, dict], metri
 
 
 def trial_device(config: dict, session: TrialSession) -> torch.device | None:
-    """None when the trial cannot have its device, reported rather than raised: Tune would
-    retry a raised error max_failures times."""
+    """None when unusable, reported: Tune would retry a raised error max_failures times."""
     try:
         return pick_device(str(config.get("device", _TRIAL.device)), session.gpu_ids())
     except DeviceError as exc:
@@ -483,8 +480,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSe
 
 def close_epoch(algo, plan: Plan, rule: EpochPicker | None, metrics: dict,
                 watched: tuple[str, ...]) -> tuple[dict | None, float]:
-    """After an epoch's evaluation: divergence (then no state), MI estimates, the stopping
-    rule and the selected epoch. Returns the state and when ckpt_s began."""
+    """Divergence, MI estimates, the stopping rule; returns the state, when ckpt_s began."""
     diverged = divergence(metrics, watched)
     if diverged:
         metrics["diverged"] = diverged

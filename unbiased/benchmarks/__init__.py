@@ -76,8 +76,7 @@ def all_specs() -> list[BenchmarkSpec]:
 
 
 def exit_on_bad_registry() -> None:
-    """Every command's first step: a bad registry is one `error:` line and exit status 2, not
-    a traceback from whichever module reads it first."""
+    """A bad registry is one `error:` line and exit status 2, not a traceback."""
     from unbiased.method_catalogue import catalogue
 
     try:

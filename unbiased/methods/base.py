@@ -49,8 +49,7 @@ SAMPLERS: tuple[str, ...] = ("method", "uniform", "groups")
 
 @dataclass
 class TrainConfig:
-    """Hyper-parameters every method has. `reads_map_z`: the method works on a feature-map z,
-    not only on a vector z."""
+    """`reads_map_z`: the method works on a feature-map z, not only a vector z."""
 
     reads_map_z: ClassVar[bool] = True
 
@@ -278,8 +277,7 @@ class ERM:
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step on one mini-batch. Returns detached (task loss, penalty) tensors: no
-        device sync per step."""
+        """One mini-batch. Returns detached (task loss, penalty): no device sync per step."""
         loss_task = F.cross_entropy(self.f(self._features(x)), y)
         self.model_opt.zero_grad(set_to_none=True)
         loss_task.backward()
@@ -341,8 +339,7 @@ class ERM:
         return z, self.f(z)
 
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
-        """MI by the method's own estimator; NaN when it has none (`mi_eval` is the common
-        measure)."""
+        """MI by the method's own estimator; NaN when it has none."""
         return math.nan
 
     def train_eval_set(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -442,8 +439,7 @@ class ERM:
             group.pop("base_lr", None)  # the schedule records this trial's on its first step
 
     def load_state_dict(self, state: dict) -> list[str]:
-        """Restore a checkpoint written on any device. Returns notes on what could not be
-        taken over as it was."""
+        """Restore a checkpoint written on any device; returns notes on what was re-seeded."""
         self.g.load_state_dict(state["g"])
         self.f.load_state_dict(state["f"])
         self.model_opt.load_state_dict(state["model_opt"])
@@ -479,8 +475,7 @@ class ERM:
 
 
 class BiasHead(nn.Module):
-    """h(z): logits of the bias attribute's classes, one group per head (Colored MNIST: 3
-    colour channels x 8 bins)."""
+    """h(z): logits of the bias attribute's classes, one group per head."""
 
     def __init__(self, z_dim: int, classes: tuple[int, ...], hidden: int = 64):
         super().__init__()

@@ -269,8 +269,7 @@ class MIBackpropBundle:
 
     def _fused_or_masked(self, same_lr: float | None
                          ) -> tuple[torch.Tensor | None, float | None]:
-        """AdamState.update's (skip, same_lr): fused while no member is frozen (known on the
-        host: no sync)."""
+        """AdamState.update's (skip, same_lr): fused while no member is frozen."""
         return (self.frozen, None) if self._any_frozen else (None, same_lr)
 
     @property

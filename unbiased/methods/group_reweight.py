@@ -19,8 +19,7 @@ from unbiased.search import LogUniform
 
 
 class GroupMethod(ERM):
-    """ERM with every training row's group; each epoch reports `empty_groups` and
-    `worst_group_loss` (over the training rows evaluate() measures)."""
+    """ERM with every training row's group; reports empty_groups, worst_group_loss."""
 
     def __init__(self, bench: Benchmark, cfg: TrainConfig, seed: int,
                  device: torch.device | str = "cpu"):

@@ -97,8 +97,7 @@ def negative_entropy(logits: list[torch.Tensor]) -> torch.Tensor:
 
 
 class LNTL(ERM):
-    """penalty: the heads' mean negative entropy (-log 8 = -2.079 on Colored MNIST is a
-    uniform prediction)."""
+    """penalty: the heads' mean negative entropy (-log 8 = -2.079: uniform)."""
 
     name = "lntl"
     search = {"lam": LogUniform(1e-3, 1.0)}  # the entropy term's scale: Kim et al.'s 0.01

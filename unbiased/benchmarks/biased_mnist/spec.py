@@ -109,8 +109,7 @@ TABLE = TableSpec(
 
 
 def describe(values: dict, loaded: dict) -> tuple[dict, list[str]]:
-    """For each rho and seed, the share of training digits the background colour alone
-    classifies."""
+    """The share of training digits the background colour alone classifies."""
     rows = [{"rho": float(rho), "seed": int(seed),
              "colour_only_acc": round(data.colour_only_accuracy(loaded["digits"], float(rho),
                                                            int(seed)), 4)}

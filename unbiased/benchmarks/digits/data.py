@@ -132,8 +132,7 @@ def load_mnist5k(path: str | os.PathLike | None = None) -> GreyDigits:
 
 
 def load_mnist(root: str | os.PathLike, download: bool = False) -> GreyDigits:
-    """Full MNIST from `root`/MNIST/raw; only missing files are fetched, and only with
-    `download`."""
+    """Full MNIST; missing files are fetched only with `download`."""
     from torchvision.datasets import MNIST
 
     root = Path(root).expanduser()
@@ -236,8 +235,7 @@ def _noisy_colours(classes: torch.Tensor, sigma: float, gen: torch.Generator,
 def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor, sigma: float,
                gen: torch.Generator, device: torch.device | str | None = None,
                palette: torch.Tensor = CLASS_COLOURS, stroke: str = "scaled") -> TensorSplit:
-    """The colours are drawn on the CPU; the grey digits are coloured on `device`, so only
-    one channel crosses to a GPU."""
+    """Coloured on `device`, so only one channel crosses to a GPU."""
     colours = _noisy_colours(colour_classes, sigma, gen, palette)
     if device is not None:
         grey, y, colours = grey.to(device), y.to(device), colours.to(device)
@@ -248,8 +246,7 @@ def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor
 
 
 def colour_only_accuracy(c: torch.Tensor, y: torch.Tensor) -> float:
-    """Bias strength: the training accuracy of the best classifier that sees the binned
-    colour c alone (1/10: colour says nothing about the label)."""
+    """Bias strength: the accuracy of the best classifier of the binned colour c alone."""
     cell = (c.reshape(len(c), 3, C_BINS).argmax(dim=2) * torch.tensor([C_BINS ** 2, C_BINS, 1],
                                                                        device=c.device)).sum(1)
     counts = torch.zeros(C_BINS ** 3, NUM_CLASSES, dtype=torch.long, device=c.device)
@@ -277,8 +274,7 @@ def bias_strength(digits: GreyDigits, sigma: float, seed: int, palette: str = "s
 
 
 def palette_groups(split: TensorSplit, palette: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(y, the palette colour nearest the image's) groups: a row whose colour lies nearer
-    another class's entry is one the colour shortcut misleads."""
+    """(y, nearest palette colour) groups: a row nearer another class's is misled."""
     shown = split.x.amax(dim=(2, 3))
     nearest = torch.cdist(shown, palette.to(shown)).argmin(dim=1)
     return split.y * len(palette) + nearest, NUM_CLASSES * len(palette)

@@ -150,8 +150,7 @@ def svm_baseline(bench: Benchmark, seed: int, c_grid: tuple[float, ...] = SVM_C_
 
 
 def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
-    """Rows like `like`, the fields a non-MI method lacks set so the analysis can still
-    group them."""
+    """Rows like `like`; what a non-MI method lacks is set so the analysis can group them."""
     import pandas as pd
 
     node = socket.gethostname()

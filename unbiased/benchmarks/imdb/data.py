@@ -338,8 +338,7 @@ def build(index: ImdbIndex, train_split: str, *, splits: ImdbSplits | None = Non
           train_subset: int | None = None, max_eval: int | None = None,
           arch: str = "resnet50", weights_path: str | None = None, z_dim: int = Z_DIM,
           image_size: int = 224, num_workers: int = 0) -> Benchmark:
-    """Train on EB1 or EB2; evaluate on the other and the test set (also test_acc), each cut
-    to `max_eval` images when given."""
+    """Train on EB1 or EB2; evaluate on the other and the test set (also test_acc)."""
     if train_split not in SPLITS:
         raise ValueError(f"train_split must be one of {SPLITS}, got {train_split!r}")
     splits = splits if splits is not None else build_splits(index)

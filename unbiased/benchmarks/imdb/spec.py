@@ -102,8 +102,7 @@ TABLE = TableSpec(
 
 
 def load(values: dict) -> tuple[dict[str, object], str]:
-    """Everything that can fail on the user's side fails here, before Ray starts. Sets
-    `weights_path` in `values` for the trials."""
+    """User-side failures come here, before Ray starts; sets `weights_path` in `values`."""
     from unbiased.benchmarks.imdb import data as imdb_faces
     from unbiased.data import DataError
     from unbiased.models import resolve_imagenet_weights
@@ -125,8 +124,7 @@ def load(values: dict) -> tuple[dict[str, object], str]:
 
 
 def fetch(values: dict) -> Iterator[str]:
-    """`--fetch-data`: the backbone weights downloaded, the imdb_crop release checked (not
-    downloaded: IMDB-WIKI's terms)."""
+    """`--fetch-data`: the weights downloaded, the faces checked (users fetch them)."""
     import os
 
     import torch
