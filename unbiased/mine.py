@@ -154,7 +154,6 @@ class MINE(nn.Module):
         return -surrogate, estimate.detach()
 
 
-
 @torch.no_grad()
 def estimate_mi(mine: MINE, z: torch.Tensor, c: torch.Tensor, batch_size: int | None = None,
                 shuffles: int = 1, generator: torch.Generator | None = None,

@@ -138,8 +138,6 @@ def _load_backbone(net: nn.Module, path: str, arch: str) -> None:
                         f"(first: {first})")
 
 
-# ---------------------------------------------------------------- other protocols' networks
-
 # Per-channel mean and std, applied after rounding to uint8 levels. "cifar10": Kim et al.'s
 # data_loader.py normalises Colored MNIST with CIFAR-10's.
 INPUT_NORMS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {

@@ -230,7 +230,6 @@ class ERM:
         return torch.Generator(device=self.device).manual_seed(
             self.seed + EVAL_SEED_OFFSET + self.epoch)
 
-    # -- training -------------------------------------------------------------------------
     def scheduled_optimizers(self) -> list[torch.optim.Optimizer]:
         adversaries = self.adversary_optimizers() if self.cfg.schedule_adversaries else []
         return [*self.model_optimizers(), *adversaries]
@@ -325,7 +324,6 @@ class ERM:
     def epoch_stats(self, loss_task: float, penalty: float, time_s: float) -> EpochStats:
         return EpochStats(self.epoch, loss_task, penalty, time_s)
 
-    # -- evaluation -----------------------------------------------------------------------
     def modules(self) -> dict[str, nn.Module]:
         return {"g": self.g, "f": self.f}
 
@@ -412,7 +410,6 @@ class ERM:
     def train_features(self) -> torch.Tensor:
         return self.outputs(self.bench.train)[0]
 
-    # -- checkpointing --------------------------------------------------------------------
     def extra_state(self) -> dict:
         return {}
 

@@ -285,7 +285,6 @@ class MIBackpropBundle:
         if self.mi_adam is not None:
             self.mi_adam.load([m.mi_opt for m in self.members], [m.g for m in self.members])
 
-    # -- one outer step -------------------------------------------------------------------
     def _shuffled(self, c: torch.Tensor) -> torch.Tensor:
         n = c.shape[1]
         if self.draws == "batched":
@@ -384,7 +383,6 @@ class MIBackpropBundle:
             self.mi_adam.update(theta, mi_theta, self.mi_lr * factor, skip)
         return loss_task.detach(), mi.detach()
 
-    # -- an epoch -------------------------------------------------------------------------
     def run_epoch(self) -> list[EpochStats]:
         start = time.perf_counter()
         first = self.members[0]

@@ -184,7 +184,6 @@ class MIBackprop(ERM):
                 for group in opt.param_groups:
                     group["capturable"] = on
 
-    # -- the K inner steps ----------------------------------------------------------------
     def _indices(self, n: int, size: int) -> torch.Tensor:
         # Sampling with replacement: O(size) instead of a permutation of the whole set.
         return torch.randint(n, (size,), generator=self.method_gen,
@@ -245,7 +244,6 @@ class MIBackprop(ERM):
         for rows in batches:
             self._mine_step(*self._fresh_z(train, rows))
 
-    # -- one outer step -------------------------------------------------------------------
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
         self.theta_steps = 0
         self._guarded.zero_()
@@ -367,7 +365,6 @@ class MIBackprop(ERM):
             return None
         return self.step_graph is not None and self.step_graph.in_use("trial")
 
-    # -- evaluation and state -------------------------------------------------------------
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
         weights = None
         if self.row_weight is not None:

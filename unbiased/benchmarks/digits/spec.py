@@ -172,8 +172,6 @@ DIGITS["critic_ablation_cpu"] = {**DIGITS["cpu"], "sigma": [0.02, 0.03], "seeds"
                                  **CRITIC_ABLATION}
 
 
-# --------------------------------------------------------------------- the paper's table
-
 # The paper's competitor rows of Table 1 are Kim et al.'s runs on Kim's own protocol, not the
 # paper's (docs/MEASURED.md, "Where the published competitor rows come from").
 KIM_FIG4 = (f"{PAPER}, Table 1: Kim et al.'s runs (CVPR 2019, Fig. 4; their network and "
@@ -223,8 +221,6 @@ TABLE = TableSpec(
     ),
 )
 
-
-# ------------------------------------------------------------------ loading and building
 
 def load(values: dict) -> tuple[dict[str, object], str]:
     """The grey digits, read once in the driver."""

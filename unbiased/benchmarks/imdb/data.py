@@ -104,9 +104,6 @@ class ImdbIndex:
         return len(self.path)
 
 
-# ----------------------------------------------------------------------------- imdb.mat
-
-
 def find_mat(root: str | os.PathLike | None) -> Path:
     if root is None:
         raise DataError(f"IMDB needs --root: the folder of the IMDB-WIKI {CROP_DIR} release "
@@ -224,9 +221,6 @@ def load_index(root: str | os.PathLike | None, check_files: bool = True,
                      celeb_id=cols["celeb_id"][rows].astype(np.int64), report=report)
 
 
-# ----------------------------------------------------------------------------- splits
-
-
 def _hash01(text: str) -> float:
     """A stable number in [0, 1) for `text` (blake2b; not Python's salted hash)."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
@@ -279,9 +273,6 @@ def describe_splits(splits: ImdbSplits) -> str:
         n, pool = len(splits.rows[name]), splits.pools[name]
         parts.append(f"{name} {n:,} (paper {PAPER_SIZES[name]:,}; pool {pool:,})")
     return "IMDB splits: " + ", ".join(parts)
-
-
-# ----------------------------------------------------------------------------- images
 
 
 def imagenet_transform(image_size: int = 224):
