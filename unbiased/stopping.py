@@ -1,8 +1,6 @@
-"""A label-free stopping rule: the paper's lowest-MI selection applied over the epochs of one
-run instead of over lambdas.
-
-The chosen epoch has the lowest estimate (`mi_eval` or `mi_eval_cond`) among the eligible
-epochs; ties go to the later one. An epoch is eligible when
+"""A label-free stopping rule: the paper's lowest-MI selection over the epochs of one run
+instead of over lambdas: the lowest estimate among the eligible epochs, ties to the later.
+An epoch is eligible when
 
 - its training accuracy is within `tolerance` of the run's best (an epoch that has not fitted
   the task yet cannot win by knowing nothing);

@@ -68,16 +68,12 @@ class TrialSession(Protocol):
         """Another trial's last checkpoint in this sweep, by its key (None: it has none)."""
 
 
-def checkpoint_name(member: str) -> str:
-    return CHECKPOINT_FILE if member == "" else f"state_{member}.pt"
-
-
 def checkpoint_files(states: dict[str, dict]) -> dict[str, bytes]:
     files = {}
     for member, state in states.items():
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        files[checkpoint_name(member)] = buffer.getvalue()
+        files[CHECKPOINT_FILE if member == "" else f"state_{member}.pt"] = buffer.getvalue()
     return files
 
 
@@ -395,25 +391,6 @@ def select_epoch(algo, plan: Plan, rule: EpochPicker | None, state: dict,
     return again_s
 
 
-def report_with_checkpoint(session: TrialSession, states: dict[str, dict], metrics: dict,
-                           ckpt_start: float, epoch_start: float) -> None:
-    files = checkpoint_files(states)
-    now = time.perf_counter()
-    metrics["ckpt_s"] = now - ckpt_start
-    metrics["epoch_s"] = now - epoch_start
-    session.report(metrics, files)
-
-
-def trial_device(config: dict, session: TrialSession) -> torch.device | None:
-    """None when unusable, reported: Tune would retry a raised error max_failures times."""
-    try:
-        return pick_device(str(config.get("device", _TRIAL.device)), session.gpu_ids())
-    except DeviceError as exc:
-        print(f"error: {exc}", flush=True)
-        session.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
-        return None
-
-
 def start_trial(config: dict, session: TrialSession
                 ) -> tuple[dict, torch.device | None]:
     """The flat config and the device (None: reported unusable)."""
@@ -423,7 +400,13 @@ def start_trial(config: dict, session: TrialSession
     problems = trial_rule_problems(config)
     if problems:
         raise ValueError("; ".join(problems))
-    device = trial_device(config, session)
+    try:
+        device = pick_device(str(config.get("device", _TRIAL.device)), session.gpu_ids())
+    except DeviceError as exc:
+        # Reported, not raised: Tune would retry a raised error max_failures times.
+        print(f"error: {exc}", flush=True)
+        session.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
+        device = None
     if device is not None and device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = bool(config.get("tf32", _TRIAL.tf32))
     if device is not None and config.get("deterministic"):
@@ -475,7 +458,11 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSe
             metrics["epoch_s"] = time.perf_counter() - epoch_start
             session.report(metrics)
             return
-        report_with_checkpoint(session, {"": state}, metrics, ckpt_start, epoch_start)
+        files = checkpoint_files({"": state})
+        now = time.perf_counter()
+        metrics["ckpt_s"] = now - ckpt_start
+        metrics["epoch_s"] = now - epoch_start
+        session.report(metrics, files)
 
 
 def close_epoch(algo, plan: Plan, rule: EpochPicker | None, metrics: dict,

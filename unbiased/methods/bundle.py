@@ -1,15 +1,10 @@
-"""Trial bundles: several mi_backprop points trained as one, vectorised over a member axis.
+"""Trial bundles: several mi_backprop points trained as one (HFTA, arXiv 2102.02344).
 
-B members (each a whole `MIBackprop`) have every weight, Adam moment and step count stacked
-along a leading member axis; g, f and T run once for all members (functional_call under
-vmap), and one backward gives every member's gradients (they share no weights). The outer
-step is mi_backprop's with `inner_z = "batch"`.
-
-Members differ in lam, lr, mi_lr, mine_lr, seed and data points; the shapes must agree. lam
-= 0 is a member whose MI step is always masked. A member's draws come from its own
-generators in a single run's order, so it follows its run alone up to float rounding.
-`sync_members()` writes the stacked state back into the members, which then serve as single
-trials (HFTA, arXiv 2102.02344).
+Every weight, Adam moment and step count is stacked along a leading member axis; g, f and T
+run once for all members under vmap, and one backward gives every member's gradients (they
+share no weights). lam = 0 is a member whose MI step is always masked. A member's draws come
+from its own generators in a single run's order, so it follows its run alone up to float
+rounding. `sync_members()` writes the stacked state back into the members.
 """
 
 from __future__ import annotations

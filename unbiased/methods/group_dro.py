@@ -8,9 +8,7 @@ loss.py).
 
 `--dro-loss robust` (the published method): g and f minimise the robust loss alone. lam > 0
 only switches it on (Adam's step does not depend on the loss's scale), so a sweep varies
-eta, C and `--weight-decay` instead (Sagawa et al.'s central finding: Group DRO needs strong
-L2 or early stopping). Its batches are drawn group by group, as Sagawa et al.'s runs sample
-groups uniformly.
+eta, C and `--weight-decay` (Sagawa et al.: Group DRO needs strong L2 or early stopping).
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """lntl: Kim et al. (CVPR 2019), "Learning Not to Learn", as their code trains it
 (feidfoe/learning-not-to-learn, `trainer.py`, `_train_step`).
 
-One bias head per bias group (Colored MNIST: one per RGB channel, 8 classes each) predicts
-the bias from z. Per mini-batch, two updates:
+Bias heads (Colored MNIST: one per RGB channel) predict the bias from z. Per mini-batch:
 1. g and f descend L_task + lam * (the heads' mean negative entropy): g makes the heads
    *uncertain*, not wrong. The heads do not move in this step.
 2. A second forward of the same batch: the heads descend their summed bias cross-entropy,
    whose gradient reaches g through a gradient reversal scaled by mu.
-`lntl_heads map` reads, as Kim et al.'s, a feature-map z: per pixel, each head predicts its
-input channel's value bin there (models.py:47-65, data_loader.py:44-52 of their code),
-pixels black in that channel left out.
+`lntl_heads map` is Kim et al.'s: per pixel of a feature-map z, each head predicts its input
+channel's value bin there (models.py:47-65, data_loader.py:44-52 of their code).
 
 Where we differ from their code, and why:
 - By default Adam and heads on z, as every method here, for a like-for-like comparison;

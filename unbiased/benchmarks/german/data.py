@@ -186,17 +186,14 @@ def split_indices(good: np.ndarray, seed: int,
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
-def one_hot_codes(codes: np.ndarray) -> list[np.ndarray]:
-    return [np.eye(len(CATEGORICAL[a]))[codes[:, j]] for j, a in enumerate(CATEGORICAL)]
-
-
 def encode(table: GermanTable, train_idx: np.ndarray, test_idx: np.ndarray
            ) -> tuple[TensorSplit, TensorSplit]:
     numeric = table.numeric[:, [NUMERIC.index(a) for a in NUMERIC_FEATURES]]
     mean = numeric[train_idx].mean(axis=0)
     std = numeric[train_idx].std(axis=0)
     std = np.where(std > 0, std, 1.0)  # a constant column stays constant (0), not NaN
-    blocks = dict(zip(CATEGORICAL, one_hot_codes(table.codes), strict=True))
+    blocks = {a: np.eye(len(CATEGORICAL[a]))[table.codes[:, j]]
+              for j, a in enumerate(CATEGORICAL)}
     blocks.update({a: ((numeric[:, [j]] - mean[j]) / std[j])
                    for j, a in enumerate(NUMERIC_FEATURES)})
     columns = [blocks[a] for a in range(1, N_ATTRIBUTES + 1) if a != AGE_ATTRIBUTE]
