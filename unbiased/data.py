@@ -254,8 +254,7 @@ GROUP_ROWS_SEED_OFFSET = 5_000_011
 
 
 def capped_group_rows(groups: torch.Tensor, cap: int, seed: int) -> torch.Tensor:
-    """Ascending indices of at most `cap` rows of each group, drawn without replacement.
-    Under group-balanced weights the capped rows sample the same distribution."""
+    """At most `cap` rows of each group: under balanced weights, the same distribution."""
     if cap < 1:
         raise ValueError(f"the rows kept of each group must be at least 1, got {cap}")
     gen = torch.Generator().manual_seed(seed + GROUP_ROWS_SEED_OFFSET)

@@ -27,8 +27,7 @@ class _Captured:
 
 
 class GraphedStep:
-    """`step(*inputs) -> outputs`, captured per input shape after `warmup` eager calls.
-    `generators`: every generator the step draws from, besides CUDA's default."""
+    """Captured per input shape after `warmup` eager calls; `generators`: all it draws from."""
 
     def __init__(self, step: Step, generators: Sequence[torch.Generator] = (),
                  warmup: int = WARMUP_CALLS) -> None:

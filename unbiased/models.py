@@ -61,8 +61,7 @@ def imagenet_weights_url(arch: str) -> str:
 
 
 def resolve_imagenet_weights(arch: str, weights: str | None) -> str | None:
-    """A local weights file: None / "none" -> None; "imagenet" -> torchvision's file in the
-    torch hub cache, downloaded once; else a path to a state_dict."""
+    """None / 'none' -> None; 'imagenet' -> torchvision's file, downloaded once; else a path."""
     import os
 
     from unbiased.data import DataError, DataMissing
@@ -93,8 +92,7 @@ def resolve_imagenet_weights(arch: str, weights: str | None) -> str | None:
 
 
 class ResNetFeatures(nn.Module):
-    """g for IMDB faces: a torchvision ResNet, its classifier replaced by a layer to z (128-d
-    in the paper: a narrow z eases estimating I(z; c))."""
+    """g for IMDB faces: a ResNet, then a layer to z (128-d: a narrow z eases I(z; c))."""
 
     def __init__(self, arch: str = "resnet50", z_dim: int = 128,
                  weights_path: str | None = None):

@@ -149,8 +149,7 @@ def divergence(metrics: dict, keys: tuple[str, ...]) -> str | None:
 
 
 class DeviceError(RuntimeError):
-    """A trial was given a device it cannot use: a configuration fault, not a lost node, so
-    the trial stops once instead of being retried."""
+    """A configuration fault, not a lost node: the trial stops once instead of retrying."""
 
 
 def torch_build() -> str:
@@ -261,8 +260,7 @@ class Plan:
 
 
 class EpochPicker:
-    """The lowest-MI rule's records of every estimated epoch and the weights of those it
-    could still pick (a small Pareto set), both in every checkpoint."""
+    """The lowest-MI rule's records and the weights it could still pick, in every checkpoint."""
 
     def __init__(self, criterion: str, state: dict | None) -> None:
         self.criterion = criterion
@@ -415,8 +413,7 @@ def start_trial(config: dict, session: TrialSession
 
 
 def precision(config: dict, device: torch.device) -> str:
-    """How the trial's float32 math runs: `bf16-g`, `tf32-matmul`, `tf32-conv` (cuDNN's
-    default on a GPU) joined by +, else `fp32`."""
+    """`bf16-g`, `tf32-matmul`, `tf32-conv` (cuDNN's GPU default) joined by +, else `fp32`."""
     parts = ["bf16-g"] if config.get("amp") else []
     if device.type == "cuda":
         parts += ["tf32-matmul"] if torch.backends.cuda.matmul.allow_tf32 else []

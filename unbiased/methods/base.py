@@ -143,8 +143,7 @@ class EpochStats:
 
 
 class ERM:
-    """g and f by Adam on the task loss. The batch order comes from `gen`, a method's own
-    draws from `method_gen`, so the data order of g and f does not depend on the method."""
+    """A method draws from `method_gen`, so the data order (`gen`) never depends on it."""
 
     name: ClassVar[str] = "erm"
     Config: ClassVar[type[TrainConfig]] = TrainConfig
@@ -211,8 +210,7 @@ class ERM:
 
     @contextlib.contextmanager
     def own_init(self) -> Iterator[None]:
-        """Initialise a method's own modules inside this block, from the method's seed,
-        leaving torch's global generator as g and f's init left it."""
+        """A method's own modules initialised from its seed, leaving torch's global generator."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed + METHOD_SEED_OFFSET)
             yield
@@ -426,8 +424,7 @@ class ERM:
             "cfg": asdict(self.cfg), **self.extra_state()})
 
     def warm_start(self, state: dict) -> None:
-        """g, f and their optimiser's state from another trial's checkpoint; the lr, the
-        epoch count, the generators and the method's own modules stay this trial's."""
+        """g, f and their optimiser's state from another trial's checkpoint; the rest stays."""
         self.g.load_state_dict(state["g"])
         self.f.load_state_dict(state["f"])
         self.model_opt.load_state_dict(state["model_opt"])

@@ -72,8 +72,7 @@ def bundle_problems(members: list[MIBackprop]) -> list[str]:
 
 
 class AdamState:
-    """Adam's moments and step counts for stacked parameters (torch's formula, as its fused
-    kernel: no weight decay, no amsgrad)."""
+    """Adam for stacked parameters: torch's formula, no weight decay, no amsgrad."""
 
     def __init__(self, params: dict[str, torch.Tensor], betas: tuple[float, float],
                  eps: float) -> None:

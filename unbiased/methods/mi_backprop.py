@@ -388,8 +388,7 @@ class MIBackprop(ERM):
 
 def rescaled_mi_grads(g_task: list[torch.Tensor], g_mi: list[torch.Tensor]
                       ) -> list[torch.Tensor]:
-    """Each g_mi scaled to norm min(|g_task|, |g_mi|) (the authors' code), by foreach
-    kernels: a handful of launches instead of several per tensor."""
+    """Each g_mi scaled to norm min(|g_task|, |g_mi|) (the authors' code), by foreach kernels."""
     mi_norms = torch._foreach_norm(g_mi)
     scales = torch._foreach_div(torch._foreach_minimum(torch._foreach_norm(g_task), mi_norms),
                                 torch._foreach_add(mi_norms, 1e-12))

@@ -252,8 +252,7 @@ def colour_only_accuracy(c: torch.Tensor, y: torch.Tensor) -> float:
 
 def train_colour_attribute(digits: GreyDigits, sigma: float, seed: int,
                            palette: str = "separated", stroke: str = "scaled") -> torch.Tensor:
-    """The training split's c as `build` makes it, without colouring the images: the
-    per-channel max of a coloured digit is its colour times its stroke mask's largest value."""
+    """The training split's c as `build` makes it, without colouring the images."""
     gen = torch.Generator().manual_seed(seed)
     colours = _noisy_colours(digits.train_y, sigma, gen, PALETTES[palette])
     # Both masks are monotone in the grey value: the mask of the brightest pixel is the
