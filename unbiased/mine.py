@@ -46,10 +46,6 @@ def standardized(z: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     return (z - mean) * torch.rsqrt(var + eps)
 
 
-def shuffled(c: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    return c[permutation(c.shape[0], generator, c.device)]
-
-
 def shuffled_within(c: torch.Tensor, groups: torch.Tensor,
                     generator: torch.Generator | None = None) -> torch.Tensor:
     """c permuted within groups (labels y): with z, samples of p(z, y) p(c | y)."""
@@ -175,18 +171,12 @@ def estimate_mi(mine: MINE, z: torch.Tensor, c: torch.Tensor, batch_size: int | 
             zb, cb = z[i:i + size], c[i:i + size]
             if len(zb) < 2:
                 continue
-            if weights is None:
-                cm = (shuffled(cb, generator) if given is None
-                      else shuffled_within(cb, given[i:i + size], generator))
-                values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, cm))))
-                sizes.append(len(zb))
-                continue
-            wb = weights[i:i + size]
             pairs = (permutation(len(cb), generator, cb.device) if given is None
                      else permutation_within(given[i:i + size], generator, cb.device))
+            wb = None if weights is None else weights[i:i + size]
             values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, cb[pairs]), wb,
-                                         wb * wb[pairs])))
-            sizes.append(float(wb.sum()))
+                                         None if wb is None else wb * wb[pairs])))
+            sizes.append(len(zb) if wb is None else float(wb.sum()))
     mine.train(was_training)
     return sum(v * w for v, w in zip(values, sizes, strict=True)) / sum(sizes)
 
