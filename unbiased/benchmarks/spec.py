@@ -108,11 +108,9 @@ class BenchmarkSpec:
     `columns`: per-epoch result columns beyond the generic ones.
     `axis_labels`: a format of `{value}` naming a value of one of `data_axes`.
     `trade_off`: (metric, label) the analysis draws per lambda beside test accuracy.
-    `load(values)`: reads the data once in the driver (a DataError for the user's side of
-    things) -> (objects for the trials, phrase).
+    `load(values)`: reads the data once in the driver -> (objects for the trials, phrase).
     `extra_rows(values, loaded, like)`: rows of non-neural baselines, like `like`.
-    `fetch(values)`: `--fetch-data`: downloads or checks the data, yielding what is there;
-    None: `load` stands in. `fetch_keys`: settings that decide what `fetch` reads.
+    `fetch(values)`: `--fetch-data` (None: `load` stands in); `fetch_keys`: what it reads.
     """
 
     name: str

@@ -1,12 +1,11 @@
 """German credit (UCI Statlog), the fairness benchmark of the paper's Table 3.
 
-The file: 1000 rows of 20 attributes plus the class (1 = good, 2 = bad credit), codes from the
-UCI description `german.doc`. A copy ships in this package (CC BY 4.0, Hofmann 1994).
+A copy of the UCI file ships in this package (CC BY 4.0, Hofmann 1994); codes from `german.doc`.
 
 The protocol (Section 5 and the supplementary of the paper, after Moyer et al. 2018):
-- y = 1 for good credit, 0 for bad; the positive class of equality of opportunity is "good".
-- c = (age <= 25) as a (N, 1) float tensor; age (attribute 13) is removed from x, so the model
-  can only learn age through correlated attributes, which is what the MI penalty targets.
+- y = 1 for good credit, the positive class of equality of opportunity.
+- c = (age <= 25); age is removed from x, so the model can only learn it through correlated
+  attributes, which is what the MI penalty targets.
 - Categorical attributes are one-hot over german.doc's fixed code lists, so the layout of x
   never depends on which codes a split contains. Numeric attributes are standardised by the
   *training* split only: the test split must not leak into preprocessing.

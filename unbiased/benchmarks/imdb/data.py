@@ -3,10 +3,9 @@
 Data: the `imdb_crop` release (faces only) from DOWNLOAD_URL: `imdb.mat` next to the JPEG
 folders `full_path` points into. `root` is that folder or its parent.
 
-Cleaning (`load_index`), each row counted under the first reason that drops it: no face
-(face_score = -inf), a second face, no gender, an age outside 0..100 or a dob that is no
-valid date (the release's README: `datevec(datenum(photo_taken,7,1)-dob)`), a file missing
-or with an unreadable JPEG header.
+Cleaning (`load_index`) drops a row without a face, with a second face, without gender, with
+an age outside 0..100 (the release's README: `datevec(datenum(photo_taken,7,1)-dob)`), or
+whose file is missing or unreadable.
 
 Splits (`build_splits`). Alvi et al.'s exact construction is not public; ours is
 deterministic and uses two hash orders, blake2b of the celebrity id and of the image path:
