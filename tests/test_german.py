@@ -100,7 +100,8 @@ def test_layout_does_not_depend_on_which_codes_appear(tmp_path, lines):
     # The first 40 rows lack several codes (e.g. A44, A410); the width must not change.
     table = german_credit.load_table(_write(tmp_path, lines[:40]))
     assert len(np.unique(table.codes[:, 2])) < len(german_credit.CATEGORICAL[4])
-    assert german_credit.build(0, table=table).train.x.shape[1] == german_credit.X_WIDTH
+    width = german_credit.build(0, table=table).train.x.shape[1]
+    assert width == len(german_credit.feature_names())
 
 
 def test_y_is_good_credit_and_c_is_young(table):

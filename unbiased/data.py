@@ -1,7 +1,4 @@
-"""What a benchmark hands to the training loop: tensors, a feature extractor, metric hooks.
-
-The loop never asks which benchmark it runs; everything benchmark-specific lives here as data.
-"""
+"""What a benchmark hands to the training loop, as data: the loop never asks which it runs."""
 
 from __future__ import annotations
 
@@ -15,20 +12,18 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-# One mini-batch as the loop sees it: inputs, labels, bias attribute, all on the split's device.
+# Inputs, labels, bias attribute, all on the split's device.
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class DataError(Exception):
-    """A data set is missing, unreadable or malformed. The message is one line saying what
-    and how to fix it; command-line front ends print it without a traceback."""
+    """A data set is missing, unreadable or malformed: one line saying how to fix it."""
 
 
 class DataMissing(DataError):
-    """Data the program downloads is not there and could not be downloaded on this machine
-    (no network, as on many clusters' compute nodes): a machine with network can fetch it
-    (a sweep driver's `--fetch-data`, sweeps/fetch.py). `fetched_to`: where that fetch puts
-    it when not under the data root (the sweep reads it there); None: under the root."""
+    """Data the program downloads could not be downloaded here (no network, as on many
+    clusters' compute nodes). `fetched_to`: where `--fetch-data` puts it when not under the
+    data root."""
 
     def __init__(self, message: str, fetched_to: str | None = None):
         super().__init__(message)
@@ -37,8 +32,7 @@ class DataMissing(DataError):
 
 @dataclass
 class TensorSplit:
-    """One split held as tensors: inputs x, labels y (int64), bias attribute c (float, one-hot
-    or binary, the input of the statistics network)."""
+    """Inputs x, labels y (int64), bias attribute c (float: the statistics network's input)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -56,7 +50,6 @@ class TensorSplit:
         return TensorSplit(self.x.to(device), self.y.to(device), self.c.to(device))
 
     def subset(self, rows: torch.Tensor) -> TensorSplit:
-        """The split's `rows` (indices), in that order."""
         return TensorSplit(self.x[rows], self.y[rows], self.c[rows])
 
     def batches(self, batch_size: int, order: torch.Tensor | None = None) -> Iterator[Batch]:
@@ -72,9 +65,7 @@ class TensorSplit:
 
 
 class Split(Protocol):
-    """What the training loop needs of a split: its size, y and c as tensors (small, on the
-    training device) and mini-batches of (x, y, c) in a row order the loop chooses.
-    TensorSplit holds x as a tensor; LoaderSplit reads x through a DataLoader."""
+    """y and c on the training device; mini-batches in a row order the loop chooses."""
 
     y: torch.Tensor
     c: torch.Tensor
@@ -104,15 +95,11 @@ class _OrderSampler(Sampler[list[int]]):
 
 
 class LoaderSplit:
-    """A split whose inputs are read per row by `dataset[i]` (e.g. decoding a JPEG), through
-    a DataLoader with `num_workers` processes. y and c stay tensors. The loop still picks the
-    row order (from its own generator), so a run is reproducible and resumable exactly as with
-    a TensorSplit.
+    """A split whose inputs are read per row by `dataset[i]` (e.g. decoding a JPEG) through a
+    DataLoader; the loop still picks the row order.
 
-    Every mini-batch is cut into one piece per worker and put back together here, so even a
-    pass of a single batch (an inner MINE step of Algorithm 1 draws one batch at a time) is
-    decoded by all workers at once. Each concurrent pass (the epoch's batches, the inner
-    batches drawn meanwhile) gets its own DataLoader, made on first use; workers persist.
+    Every mini-batch is cut into one piece per worker, so even a single batch (an inner MINE
+    step) is decoded by all workers at once. Each concurrent pass gets its own DataLoader.
     """
 
     def __init__(self, dataset: Dataset, y: torch.Tensor, c: torch.Tensor,
@@ -181,8 +168,6 @@ MetricFn = Callable[[dict[str, "SplitOutputs"]], dict[str, float]]
 
 @dataclass
 class SplitOutputs:
-    """Predictions of the current model on one split, for metric hooks."""
-
     pred: torch.Tensor
     y: torch.Tensor
     c: torch.Tensor
@@ -190,8 +175,7 @@ class SplitOutputs:
 
 @dataclass
 class Benchmark:
-    """A benchmark = its data plus how to build g. `eval_splits` maps a report name
-    (e.g. "test_acc") to a split whose accuracy is reported under that name."""
+    """A benchmark = its data plus how to build g. `eval_splits`: by report name."""
 
     name: str
     train: Split
@@ -202,18 +186,13 @@ class Benchmark:
     c_dim: int
     extra_metrics: list[MetricFn] = field(default_factory=list)
     info: dict[str, object] = field(default_factory=dict)
-    # The bias attribute as classes, for methods with a bias head: classes per head. c is
-    # either one one-hot block per head (sum(bias_classes) columns) or one column per head
-    # holding the class index (German: young = 1). See `bias_targets`.
+    # Classes per bias head: c is one one-hot block per head, or one class-index column per
+    # head (German: young = 1).
     bias_classes: tuple[int, ...] = ()
-    # Each training row's (y, bias) group and how many groups there are, when the benchmark
-    # groups its rows otherwise than y x its bias classes (Colored MNIST's `--groups
-    # palette`); None: `bias_groups` of the training split. See `train_groups`.
+    # Each training row's group and the count, where not y x the bias classes.
     groups: tuple[torch.Tensor, int] | None = None
-    # How any split's rows fall into the groups whose accuracies are reported (each
-    # evaluation split's `<name>_worst_acc`, the validation split's too): None, no
-    # worst-group accuracy. Colored MNIST's are its palette groups whatever `--groups` a
-    # method trains on (its 5,120 RGB cells hold a handful of test rows each).
+    # The groups of `<split>_worst_acc` (None: not reported). Colored MNIST's are its palette
+    # groups: its 5,120 RGB cells hold a handful of test rows each.
     report_groups: Callable[[Split], tuple[torch.Tensor, int]] | None = None
 
     def to(self, device: torch.device | str) -> Benchmark:
@@ -224,24 +203,18 @@ class Benchmark:
                                    groups=groups)
 
     def train_groups(self) -> tuple[torch.Tensor, int]:
-        """Each training row's group index (on the training split's device) and the number
-        of groups: the benchmark's own grouping, else y x its bias classes."""
         if self.groups is not None:
             return self.groups
         return bias_groups(self.train.y, self.train.c, self.num_classes, self.bias_classes)
 
 
-# The validation rows are drawn by a generator of their own, seeded from the trial's seed
-# plus this: the same rows for every method and setting of a seed.
+# The same validation rows for every method and setting of a seed.
 VAL_SEED_OFFSET = 4_000_037
 VAL_SPLIT = "val_acc"  # the validation split's name among a benchmark's evaluation splits
 
 
 def hold_out(bench: Benchmark, fraction: float, seed: int) -> Benchmark:
-    """The benchmark with `fraction` of its training rows held out as a validation split
-    (`val_acc` among its evaluation splits): a uniform random draw of the training rows, so
-    drawn like them (the same bias), and the rows left train. The methods' groups follow
-    their rows."""
+    """`fraction` of the training rows held out as `val_acc`, a uniform draw."""
     if not 0 < fraction < 1:
         raise ValueError(f"the validation fraction must be in (0, 1), got {fraction}")
     n = len(bench.train)
@@ -264,7 +237,6 @@ def hold_out(bench: Benchmark, fraction: float, seed: int) -> Benchmark:
 
 
 def worst_group_name(split: str) -> str:
-    """The report name of a split's worst-group accuracy: test_acc -> test_worst_acc."""
     return split.removesuffix("_acc") + "_worst_acc"
 
 
@@ -277,17 +249,12 @@ def group_accuracies(pred: torch.Tensor, y: torch.Tensor, groups: torch.Tensor, 
     return right / sizes, sizes
 
 
-# The rows a capped group-balanced estimate reads are drawn by a generator seeded from the
-# trial's seed plus this: the same rows at every epoch, for every method of a seed.
+# The same capped rows at every epoch, for every method of a seed.
 GROUP_ROWS_SEED_OFFSET = 5_000_011
 
 
 def capped_group_rows(groups: torch.Tensor, cap: int, seed: int) -> torch.Tensor:
-    """Row indices (ascending) of at most `cap` rows of each group, drawn uniformly without
-    replacement by `seed`: every row of a group of `cap` rows or fewer. Under group-balanced
-    weights each group weighs the same whatever its size, so the capped rows are a sample of
-    the same distribution; where the bias is strong most rows sit in a few large groups and
-    the cap reads a tenth of them."""
+    """At most `cap` rows of each group: under balanced weights, the same distribution."""
     if cap < 1:
         raise ValueError(f"the rows kept of each group must be at least 1, got {cap}")
     gen = torch.Generator().manual_seed(seed + GROUP_ROWS_SEED_OFFSET)
@@ -302,10 +269,8 @@ def capped_group_rows(groups: torch.Tensor, cap: int, seed: int) -> torch.Tensor
 
 
 def balanced_weights(groups: torch.Tensor, count: int) -> torch.Tensor:
-    """Per-row weights under which every group present among `groups` weighs the same:
-    w_i = N / (G n_g(i)), G the present groups (mean 1 over the rows). Weighted by them, the
-    rows are a sample of the group-balanced distribution, where (if every (y, c) group is
-    present) the bias c is independent of the label y."""
+    """w_i = N / (G n_g(i)), G the present groups: every group weighs the same, so (with
+    every (y, c) group present) c is independent of y."""
     sizes = torch.bincount(groups, minlength=count).double()
     present = int((sizes > 0).sum())
     return (len(groups) / (present * sizes[groups])).float()
@@ -313,9 +278,7 @@ def balanced_weights(groups: torch.Tensor, count: int) -> torch.Tensor:
 
 def bias_groups(y: torch.Tensor, c: torch.Tensor, num_classes: int,
                 classes: tuple[int, ...]) -> tuple[torch.Tensor, int]:
-    """Each row's (y, c) group, an index in [0, groups), and how many groups there are:
-    num_classes x the product of the bias classes (one per head's class combination; Colored
-    MNIST: 10 x 8^3 RGB-bin cells)."""
+    """Each row's (y, c) group and the count (Colored MNIST: 10 x 8^3 RGB-bin cells)."""
     if not classes:
         raise ValueError("this benchmark has no bias classes (Benchmark.bias_classes) to "
                          "group its rows by")
@@ -328,7 +291,6 @@ def bias_groups(y: torch.Tensor, c: torch.Tensor, num_classes: int,
 
 
 def bias_targets(c: torch.Tensor, classes: tuple[int, ...]) -> torch.Tensor:
-    """(N, heads) int64 class indices of the bias attribute c (see Benchmark.bias_classes)."""
     if c.shape[1] == sum(classes):
         return torch.stack([block.argmax(1) for block in c.split(list(classes), dim=1)], 1)
     if c.shape[1] == len(classes):
@@ -338,10 +300,9 @@ def bias_targets(c: torch.Tensor, classes: tuple[int, ...]) -> torch.Tensor:
 
 
 class GroupSampler:
-    """Rows drawn group by group (DomainBed's per-group mini-batches): each batch lists the
-    groups present among `group_of_row` in a fresh random order, cycled over its slots, and
-    each slot takes a row of its group uniformly (with replacement). A batch at least as large
-    as the number of groups holds every group; a smaller one a random few each step."""
+    """Rows drawn group by group (DomainBed's per-group mini-batches): each batch cycles the
+    present groups in a fresh random order over its slots, each slot a row of its group
+    drawn with replacement."""
 
     def __init__(self, group_of_row: torch.Tensor, count: int):
         self.device = group_of_row.device
@@ -352,11 +313,9 @@ class GroupSampler:
         self.starts = torch.cumsum(self.sizes, 0) - self.sizes
 
     def epoch(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        """An epoch's rows, as many as the training set, batch after batch."""
         return self._draw(self.rows, batch_size, generator)
 
     def batch(self, size: int, generator: torch.Generator) -> torch.Tensor:
-        """One batch of `size` rows."""
         return self._draw(size, size, generator)
 
     def _draw(self, n: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:

@@ -1,14 +1,10 @@
-"""A training step replayed as a CUDA graph ("whole-network capture", PyTorch's CUDA Graphs
-notes): after a few eager calls of one input shape it is captured once, and every later call
-of that shape copies its inputs into the captured ones and replays the graph, one launch
+"""A training step replayed as a CUDA graph (PyTorch's "whole-network capture"): one launch
 instead of the step's thousands of kernels (an outer step of `mi_backprop` is ~5,000).
 
-What a captured step may do: only CUDA work on tensors that keep their memory (parameters,
-optimiser states and buffers updated in place), random draws from generators named here (they
-are registered with the graph, so each replay draws anew), no host sync, no Python state that
-changes between calls (a counter kept by the step itself is not advanced by a replay: keep it
-outside). What it returns is copied out after each replay, since the next replay overwrites
-it. A capture that fails leaves the step eager for good; `failure` says why.
+A captured step may do only CUDA work on tensors that keep their memory, draw only from
+generators named here (registered, so each replay draws anew), never sync with the host, and
+keep no Python state that changes between calls (a replay does not advance it). A capture
+that fails leaves the step eager for good; `failure` says why.
 """
 
 from __future__ import annotations
@@ -31,9 +27,7 @@ class _Captured:
 
 
 class GraphedStep:
-    """`step(*inputs) -> outputs` (tensors), captured per input shape after `warmup` eager
-    calls and replayed after that (module docstring). `generators`: every generator the step
-    draws from, besides CUDA's default."""
+    """Captured per input shape after `warmup` eager calls; `generators`: all it draws from."""
 
     def __init__(self, step: Step, generators: Sequence[torch.Generator] = (),
                  warmup: int = WARMUP_CALLS) -> None:
@@ -49,12 +43,10 @@ class GraphedStep:
 
     @property
     def graphed(self) -> bool:
-        """True once a shape was captured and no capture has failed."""
         return self.failure is None and bool(self._graphs)
 
     def in_use(self, who: str) -> bool:
-        """Whether the steps replay a graph; a failed capture is said once, naming `who`
-        (then the steps run eager)."""
+        """Whether the steps replay a graph; a failed capture is said once."""
         if self.failure is not None and not self._told:
             print(f"cuda graphs: capture failed ({self.failure}): this {who} runs eager",
                   flush=True)
@@ -62,8 +54,7 @@ class GraphedStep:
         return self.graphed
 
     def reset(self) -> None:
-        """Drop every graph (the step's Python-side path changed): each shape warms up and is
-        captured again."""
+        """Drop every graph: the step's Python-side path changed."""
         self._graphs.clear()
         self._calls.clear()
 
@@ -90,6 +81,7 @@ class GraphedStep:
                 static.copy_(new)
         captured.graph.replay()
         self.replays += 1
+        # The next replay overwrites the outputs.
         return tuple(out.clone() for out in captured.outputs)
 
     def _eager_on_side_stream(self, inputs: tuple[torch.Tensor, ...]
@@ -116,7 +108,6 @@ class GraphedStep:
 
 
 def graph_obstacles(device: torch.device, conditions: dict[str, bool]) -> list[str]:
-    """Why a step cannot be captured here: not on CUDA, or each reason in `conditions` whose
-    condition holds."""
+    """Why a step cannot be captured here: not CUDA, or each reason in `conditions` that holds."""
     reasons = [] if device.type == "cuda" else [f"the device is {device.type}, not cuda"]
     return reasons + [reason for reason, holds in conditions.items() if holds]

@@ -1,11 +1,7 @@
-"""Every method by name, torch-free: where its class lives, how the tables label our rows of
-it, what `--method`'s help says of it, and the published competitor row it reproduces.
+"""Every method by name, torch-free, so the analysis and the sweeps' help can read it.
 
-`unbiased.methods.METHODS` imports the classes named here; the analysis (which never
-imports torch) and the sweeps' help read this module. A new method in this package is its
-module plus one entry in CATALOGUE. A method of another installed package is an entry point
-in the group ENTRY_POINTS, `NAME = "package.module:ENTRY"`, naming a MethodEntry in a
-torch-free module of its own (its `module` a full dotted path): no edit here.
+A method of another installed package is an entry point in the group ENTRY_POINTS,
+`NAME = "package.module:ENTRY"`, naming a MethodEntry in a torch-free module.
 """
 
 from __future__ import annotations
@@ -50,7 +46,6 @@ DEFAULT_METHOD = "mi_backprop"
 
 @cache
 def catalogue() -> dict[str, MethodEntry]:
-    """CATALOGUE, then the methods of installed packages (entry points of ENTRY_POINTS)."""
     out = dict(CATALOGUE)
     for point in entry_points(group=ENTRY_POINTS):
         where = f"entry point {point.name} = {point.value} (group {ENTRY_POINTS})"
@@ -68,5 +63,4 @@ def catalogue() -> dict[str, MethodEntry]:
 
 
 def methods_help() -> str:
-    """Each method's name and source, for --method's help."""
     return ", ".join(f"{name} ({entry.about})" for name, entry in catalogue().items())

@@ -1,7 +1,5 @@
-"""Metrics beyond accuracy, as plain functions plus the `Benchmark.extra_metrics` hooks.
-
-Equality of opportunity (Hardt et al., 2016) is the paper's fairness metric on German credit:
-EO = |TPR(young) - TPR(not young)| on the positive (good credit) class, lower is fairer.
+"""Metrics beyond accuracy. Equality of opportunity (Hardt et al., 2016) is the paper's
+fairness metric on German credit: |TPR(young) - TPR(not young)|, lower is fairer.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ def true_positive_rate(pred: ArrayLike, y: ArrayLike, positive: int = POSITIVE) 
 
 
 def equality_of_opportunity(pred: ArrayLike, y: ArrayLike, sensitive: ArrayLike) -> float:
-    """|TPR(sensitive) - TPR(not sensitive)| on the positive class y = 1; `sensitive` is a
-    boolean (or 0/1) per row, shape (N,) or (N, 1). NaN if a group has no positive row."""
+    """|TPR(sensitive) - TPR(not sensitive)|; NaN if a group has no positive row."""
     pred, y = _flat(pred), _flat(y)
     group = _flat(sensitive).bool()
     if not len(pred) == len(y) == len(group):
@@ -51,6 +48,5 @@ def equality_of_opportunity(pred: ArrayLike, y: ArrayLike, sensitive: ArrayLike)
 
 
 def eo_metric(outs: dict[str, SplitOutputs]) -> dict[str, float]:
-    """Benchmark hook: EO on the test split, with c > 0.5 as the protected group (young)."""
     out = outs[EO_SPLIT]
     return {"eo": equality_of_opportunity(out.pred, out.y, out.c[:, 0] > 0.5)}

@@ -1,13 +1,8 @@
 """MINE: the statistics network T(z, c) and the Donsker-Varadhan bound on I(Z; C).
 
-L_ne = E_joint[T(z, c)] - log E_marg[exp T(z, c~)], with c~ = c shuffled inside the batch
-(Belghazi et al., 2018). Maximised over phi it is a lower bound on the mutual information in
-nats. The plain DV gradient is biased on mini-batches (the log of a mean is not the mean of a
-log); MINE's fix replaces the denominator of that gradient by a moving average of E[exp T],
-which `MINE(ema_rate=...)` enables.
-
-`mi_eval` is the measure every method is compared by: MI of frozen features judged by a
-fresh statistics network trained for it.
+L_ne = E_joint[T(z, c)] - log E_marg[exp T(z, c~)], c~ = c shuffled inside the batch
+(Belghazi et al., 2018), in nats. The plain DV gradient is biased on mini-batches (the log of
+a mean is not the mean of a log); `MINE(ema_rate=...)` enables MINE's moving-average fix.
 """
 
 from __future__ import annotations
@@ -21,15 +16,11 @@ from unbiased.graphs import GraphedStep, graph_obstacles
 
 
 class StatisticsNetwork(nn.Module):
-    """T_phi([z, c]): an MLP with leaky-ReLU(0.2) hidden layers and a scalar output.
-
-    The default (2 hidden layers of 64 + the output layer = 3 linear layers) is the paper's
+    """T_phi([z, c]): an MLP with leaky-ReLU(0.2) hidden layers. The default is the paper's
     3-layer T for digits; German uses `hidden_layers=1` (the paper's "shallow" T).
 
-    `standardize` (ours, not the paper's): z enters T standardised per dimension with the
-    statistics of the rows T is called on, gradients flowing through them. The feature
-    extractor then cannot escape T by rescaling z (a drift of z's scale out of the range T was
-    fitted on let the theta step fool T on full MNIST; docs/MEASURED.md).
+    `standardize` (ours): g cannot escape T by rescaling z (a drift of z's scale let the
+    theta step fool T on full MNIST; docs/MEASURED.md).
     """
 
     def __init__(self, z_dim: int, c_dim: int, hidden: int = 64, hidden_layers: int = 2,
@@ -51,28 +42,18 @@ class StatisticsNetwork(nn.Module):
 
 
 def standardized(z: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """z minus its column means, over its column standard deviations (a constant column maps
-    to 0)."""
     var, mean = torch.var_mean(z, dim=0, correction=0, keepdim=True)
     return (z - mean) * torch.rsqrt(var + eps)
 
 
-def shuffled(c: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """c with its rows permuted: samples of the product of marginals p(z)p(c) when paired
-    with the unshuffled z."""
-    return c[permutation(c.shape[0], generator, c.device)]
-
-
 def shuffled_within(c: torch.Tensor, groups: torch.Tensor,
                     generator: torch.Generator | None = None) -> torch.Tensor:
-    """c with rows permuted only among rows of the same group (e.g. the same label y):
-    paired with z, samples of p(z, y) p(c | y), the marginal of the conditional MI I(z; c | y)."""
+    """c permuted within groups (labels y): with z, samples of p(z, y) p(c | y)."""
     return c[permutation_within(groups, generator, c.device)]
 
 
 def permutation_within(groups: torch.Tensor, generator: torch.Generator | None,
                        device: torch.device) -> torch.Tensor:
-    """A random permutation of the rows that maps each row to a row of its own group."""
     where = generator.device if generator is not None else torch.device("cpu")
     n = len(groups)
     # Two random orders that both list the rows grouped by label: position i holds a row of
@@ -88,38 +69,29 @@ def permutation_within(groups: torch.Tensor, generator: torch.Generator | None,
 
 def permutation(n: int, generator: torch.Generator | None, device: torch.device
                 ) -> torch.Tensor:
-    """A random permutation of range(n) on `device`, drawn on the generator's own device (a
-    CUDA generator draws on the GPU: no host-to-device copy, no sync per inner step)."""
+    """Drawn on the generator's own device: no host-to-device copy, no sync per step."""
     where = generator.device if generator is not None else torch.device("cpu")
     return torch.randperm(n, generator=generator, device=where).to(device)
 
 
 def dv_bound(t_joint: torch.Tensor, t_marg: torch.Tensor, w_joint: torch.Tensor | None = None,
              w_marg: torch.Tensor | None = None) -> torch.Tensor:
-    """Donsker-Varadhan bound mean(T_joint) - log mean(exp T_marg), computed stably; with
-    weights, both means weighted (docs/METRICS.md, "Balanced MI": w_joint the rows',
-    w_marg each shuffled pair's product of its two rows' weights)."""
+    """mean(T_joint) - log mean(exp T_marg), both means weighted by any weights."""
     if w_joint is None:
         return t_joint.mean() - log_mean_exp(t_marg)
     return (w_joint * t_joint).sum() / w_joint.sum() - log_mean_exp(t_marg, w_marg)
 
 
 def log_mean_exp(t: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """log of the (weighted) mean of exp(t), computed stably."""
     if weights is None:
         return torch.logsumexp(t, dim=0) - math.log(t.shape[0])
     return torch.logsumexp(t + weights.log(), dim=0) - weights.sum().log()
 
 
 class MINE(nn.Module):
-    """A statistics network plus the estimator's objective.
-
-    `lower_bound(z, c)` is L_ne: differentiable in phi and in z (so in theta), used both to
-    train T (ascent) and to penalise the feature extractor (descent on lam * L_ne).
-    `phi_loss(z, c)` is what the optimiser of phi minimises: -L_ne, or with `ema_rate` set,
-    MINE's bias-corrected surrogate whose gradient is
-    grad E[T_joint] - grad E[exp T_marg] / moving_average(E[exp T_marg]).
-    """
+    """A statistics network plus the estimator's objective. `phi_loss` is -L_ne, or with
+    `ema_rate` the surrogate whose gradient is
+    grad E[T_joint] - grad E[exp T_marg] / moving_average(E[exp T_marg])."""
 
     def __init__(self, z_dim: int, c_dim: int, hidden: int = 64, hidden_layers: int = 2,
                  ema_rate: float | None = None, standardize: bool = False):
@@ -135,11 +107,9 @@ class MINE(nn.Module):
                generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None,
                weights: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """T on the joint rows and on the marginal rows (z, c_marg); c_marg defaults to c
-        shuffled across the batch. With the rows' `weights` (and c_marg not given), the
-        marginal pairs' weights too (each pair's product of its two rows'), else None."""
-        # One pass of T over the joint and the shuffled rows stacked: half the kernel calls
-        # of two passes (the K inner steps are dominated by per-call overhead).
+        """T on the joint and the marginal rows; with `weights`, the marginal pairs' too."""
+        # One pass of T over both stacked: the K inner steps are dominated by per-call
+        # overhead.
         n = c.shape[0]
         w_marg = None
         if c_marg is None:
@@ -152,14 +122,12 @@ class MINE(nn.Module):
     def lower_bound(self, z: torch.Tensor, c: torch.Tensor,
                     generator: torch.Generator | None = None,
                     weights: torch.Tensor | None = None) -> torch.Tensor:
-        """L_ne of the batch; with `weights`, under the distribution they weigh the rows by."""
         t_joint, t_marg, w_marg = self.scores(z, c, generator, weights=weights)
         return dv_bound(t_joint, t_marg, weights, w_marg)
 
     def phi_loss(self, z: torch.Tensor, c: torch.Tensor,
                  generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None,
                  weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss to minimise over phi, the DV estimate of this batch, detached)."""
         t_joint, t_marg, w_marg = self.scores(z, c, generator, c_marg, weights)
         estimate = dv_bound(t_joint, t_marg, weights, w_marg)
         if self.ema_rate is None:
@@ -182,24 +150,14 @@ class MINE(nn.Module):
         return -surrogate, estimate.detach()
 
 
-def gaussian_mi_nats(rho: float, dims: int = 1) -> float:
-    """Closed form I(X; Y) for `dims` independent pairs of unit Gaussians with correlation rho."""
-    return -0.5 * dims * math.log(1.0 - rho * rho)
-
-
 @torch.no_grad()
 def estimate_mi(mine: MINE, z: torch.Tensor, c: torch.Tensor, batch_size: int | None = None,
                 shuffles: int = 1, generator: torch.Generator | None = None,
                 given: torch.Tensor | None = None, weights: torch.Tensor | None = None
                 ) -> float:
-    """DV estimate over a whole set with the current T (eval mode, no training).
-
-    With `batch_size` set, the set is cut into random batches of that size and the batch DV
-    values are averaged: the same statistic L_ne the training loop sees. DV over one
-    huge batch is dominated by the few largest exp(T) on shuffled pairs, so it is far noisier.
-    With the rows' `weights`, each batch's bound is the weighted one (`dv_bound`), and the
-    batches are averaged by their weight.
-    """
+    """DV estimate over a whole set with the current T. With `batch_size`, the mean over
+    random batches, the statistic training sees: DV over one huge batch is dominated by the
+    few largest exp(T) on shuffled pairs, so far noisier."""
     was_training = mine.training
     mine.eval()
     size = len(z) if batch_size is None else max(2, batch_size)
@@ -213,18 +171,12 @@ def estimate_mi(mine: MINE, z: torch.Tensor, c: torch.Tensor, batch_size: int | 
             zb, cb = z[i:i + size], c[i:i + size]
             if len(zb) < 2:
                 continue
-            if weights is None:
-                cm = (shuffled(cb, generator) if given is None
-                      else shuffled_within(cb, given[i:i + size], generator))
-                values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, cm))))
-                sizes.append(len(zb))
-                continue
-            wb = weights[i:i + size]
             pairs = (permutation(len(cb), generator, cb.device) if given is None
                      else permutation_within(given[i:i + size], generator, cb.device))
+            wb = None if weights is None else weights[i:i + size]
             values.append(float(dv_bound(mine.T(zb, cb), mine.T(zb, cb[pairs]), wb,
-                                         wb * wb[pairs])))
-            sizes.append(float(wb.sum()))
+                                         None if wb is None else wb * wb[pairs])))
+            sizes.append(len(zb) if wb is None else float(wb.sum()))
     mine.train(was_training)
     return sum(v * w for v, w in zip(values, sizes, strict=True)) / sum(sizes)
 
@@ -233,20 +185,13 @@ def mi_eval(z: torch.Tensor, c: torch.Tensor, seed: int = 0, steps: int = 2000,
             batch_size: int = 512, lr: float = 1e-3, hidden: int = 64, hidden_layers: int = 2,
             holdout: float = 0.2, given: torch.Tensor | None = None,
             cuda_graphs: bool = False, weights: torch.Tensor | None = None) -> float:
-    """MI of frozen features z with c, judged by a statistics network the model never saw.
+    """MI of frozen features z with c, judged by a fresh T fitted on (1 - holdout) of the
+    rows and read on the rest, so T memorising its rows does not inflate it.
 
-    A fresh T is trained on (1 - holdout) of the rows and the DV bound is reported on the held
-    out rows, so the number is not inflated by T memorising the rows it was trained on.
-    With `given` (labels y), the marginal rows shuffle c only among rows of the same label:
-    a lower bound on I(z; c | y), the colour z carries beyond what its label explains. A model
-    whose z encodes y alone scores ~0 on it, but about I(y; c) on the plain bound (~1.9 nats
-    on Colored MNIST at sigma 0.03, where colour nearly fixes the class).
-    With `cuda_graphs` on a GPU the critic's step is captured once and replayed (the same
-    draws; unbiased/graphs.py): thousands of steps of ~60 small kernels each.
-    With the rows' `weights` (`balanced_weights`: every (y, c) group the same weight), the
-    MI under the distribution they weigh the rows by: T is fitted on batches drawn with
-    probability proportional to the weights, and the held-out bound is the weighted one
-    (docs/METRICS.md, "Balanced MI").
+    With `given` (labels y): a lower bound on I(z; c | y). A z that encodes y alone scores ~0
+    on it, but about I(y; c) on the plain bound (~1.9 nats on Colored MNIST at sigma 0.03).
+    With `weights`, the MI under the distribution they weigh the rows by (docs/METRICS.md,
+    "Balanced MI").
     """
     z = z.flatten(1)  # a feature-map z (N, C, H, W): one vector a row
     gen = torch.Generator(device=z.device).manual_seed(seed)  # on z's device: no copies

@@ -13,15 +13,13 @@ from torch import nn
 
 
 class LeNetFeatures(nn.Module):
-    """g for Colored MNIST: conv5x5x64-ReLU-maxpool2, conv5x5x64-ReLU-maxpool2, FC512-ReLU,
-    FC z_dim (the authors' code uses z of 64). Input: 3x28x28. `z_relu`: z = ReLU(FC z_dim),
-    as in the authors' code (slim's default activation); off = a linear z."""
+    """g for Colored MNIST (the authors' code; `z_relu`: their slim's default)."""
 
     def __init__(self, z_dim: int = 64, in_channels: int = 3, z_relu: bool = False,
                  width: int = 64):
         super().__init__()
-        # width: channels of both convolutions (the paper's 64; 32 costs about a third of
-        # the compute but lost its debiasing gain sooner on full MNIST, bench/RESULTS.md).
+        # width 32 costs about a third of the compute but lost its debiasing gain sooner on
+        # full MNIST (bench/RESULTS.md).
         self.conv = nn.Sequential(
             nn.Conv2d(in_channels, width, 5), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(width, width, 5), nn.ReLU(), nn.MaxPool2d(2),
@@ -35,13 +33,10 @@ class LeNetFeatures(nn.Module):
 
 
 def linear_classifier(z_dim: int, num_classes: int) -> nn.Module:
-    """f: the shallow logit layer on z."""
     return nn.Linear(z_dim, num_classes)
 
 
 class MLPFeatures(nn.Module):
-    """g for tabular data (German credit): one hidden layer, z = its ReLU activations."""
-
     def __init__(self, in_features: int, z_dim: int = 64):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(in_features, z_dim), nn.ReLU())
@@ -51,8 +46,7 @@ class MLPFeatures(nn.Module):
         return self.net(x)
 
 
-# ImageNet-pretrained torchvision ResNets for the IMDB faces benchmark: name -> (builder
-# attribute, weights enum attribute). resnet50 is the paper's; resnet18 keeps CPU tests fast.
+# name -> (builder, weights enum). resnet50 is the paper's; resnet18 keeps CPU tests fast.
 RESNETS: dict[str, tuple[str, str]] = {
     "resnet18": ("resnet18", "ResNet18_Weights"),
     "resnet50": ("resnet50", "ResNet50_Weights"),
@@ -60,20 +54,15 @@ RESNETS: dict[str, tuple[str, str]] = {
 
 
 def imagenet_weights_url(arch: str) -> str:
-    """Download address of torchvision's ImageNet weights (IMAGENET1K_V1, the pretrained=True
-    weights of the paper's time) for `arch`."""
+    """IMAGENET1K_V1: the pretrained=True weights of the paper's time."""
     import torchvision.models as tvm
 
     return getattr(tvm, RESNETS[arch][1]).IMAGENET1K_V1.url
 
 
 def resolve_imagenet_weights(arch: str, weights: str | None) -> str | None:
-    """A local weights file for `weights`: None / "none" -> None (random init); "imagenet" ->
-    torchvision's file in the torch hub cache, downloaded there once when missing; anything
-    else is a path to a state_dict. Missing weights are a one-line DataError."""
+    """None / 'none' -> None; 'imagenet' -> torchvision's file, downloaded once; else a path."""
     import os
-
-    import torch
 
     from unbiased.data import DataError, DataMissing
 
@@ -103,10 +92,7 @@ def resolve_imagenet_weights(arch: str, weights: str | None) -> str | None:
 
 
 class ResNetFeatures(nn.Module):
-    """g for IMDB faces: a torchvision ResNet without its ImageNet classifier, then a fully
-    connected layer to z (128-d in the paper: a narrow z eases estimating I(z; c)).
-    `weights_path`: a state_dict of the torchvision model (its `fc.*` entries are ignored);
-    None = random init."""
+    """g for IMDB faces: a ResNet, then a layer to z (128-d: a narrow z eases I(z; c))."""
 
     def __init__(self, arch: str = "resnet50", z_dim: int = 128,
                  weights_path: str | None = None):
@@ -129,8 +115,6 @@ class ResNetFeatures(nn.Module):
 
 
 def _load_backbone(net: nn.Module, path: str, arch: str) -> None:
-    import torch
-
     from unbiased.data import DataError
 
     try:
@@ -152,25 +136,20 @@ def _load_backbone(net: nn.Module, path: str, arch: str) -> None:
                         f"(first: {first})")
 
 
-# ---------------------------------------------------------------- other protocols' networks
-
-# Input normalisations a model may start with (`input_norm`): per-channel mean and std of
-# images in [0, 1], applied after rounding to the 256 levels of a uint8 image.
-# "cifar10": Kim et al.'s (their data_loader.py normalises Colored MNIST with CIFAR-10's).
+# Per-channel mean and std, applied after rounding to uint8 levels. "cifar10": Kim et al.'s
+# data_loader.py normalises Colored MNIST with CIFAR-10's.
 INPUT_NORMS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
 }
 
 
 def uint8_levels(x: torch.Tensor) -> torch.Tensor:
-    """Floats in [0, 1] -> the 0..255 levels of a uint8 image, kept as floats."""
     return (x * 255).round().clamp(0, 255)
 
 
 class InputNorm(nn.Module):
-    """x in [0, 1] -> (uint8 levels / 255 - mean) / std per channel, as ToTensor then
-    Normalize read an image file. No parameters: it is part of g only so that x stays the
-    image (lntl's pixel targets read it) and checkpoints hold nothing new."""
+    """As ToTensor then Normalize read an image file. Not part of the data so that x stays
+    the image (lntl's pixel targets read it); no parameters, so checkpoints hold nothing new."""
 
     def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]):
         super().__init__()
@@ -198,9 +177,7 @@ KIM_MAP_CHANNELS = 32
 
 
 class KimFeatures(nn.Module):
-    """g of Kim et al.'s `convnet` (models.py:11-44 of feidfoe/learning-not-to-learn): input
-    BatchNorm, conv 5x5 3->32 + ReLU, max-pool 3/2 (28 -> 14), conv 3x3 32->32 + ReLU. z is
-    this 32x14x14 map, the one their colour heads read."""
+    """g of Kim et al.'s `convnet`; z is the 32x14x14 map their colour heads read."""
 
     def __init__(self, in_channels: int = 3):
         super().__init__()
@@ -214,9 +191,6 @@ class KimFeatures(nn.Module):
 
 
 class KimClassifier(nn.Module):
-    """f of Kim et al.'s `convnet`: conv 3x3 32->64 stride 2 + ReLU (14 -> 7), conv 3x3 64->64
-    + ReLU, 7x7 average pool, linear 64 -> classes."""
-
     def __init__(self, num_classes: int):
         super().__init__()
         self.conv3 = nn.Conv2d(KIM_MAP_CHANNELS, 64, kernel_size=3, stride=2, padding=1)
@@ -240,9 +214,7 @@ def kim_convnet(in_channels: int, num_classes: int) -> tuple[nn.Module, nn.Modul
 
 @dataclass(frozen=True)
 class Model:
-    """A network of another protocol: `build(in_channels, num_classes)` -> (g, f).
-    `map_channels`: z is a feature map (N, map_channels, H, W), not a vector (0); methods
-    that read z as a vector refuse it."""
+    """A network of another protocol. `map_channels` > 0: z is a feature map."""
 
     build: Callable[[int, int], tuple[nn.Module, nn.Module]]
     map_channels: int = 0
@@ -255,6 +227,4 @@ MODELS: dict[str, Model] = {
 
 
 def map_channels(model: str) -> int:
-    """The channels of the feature-map z of `model` (0: its z is a vector, as the benchmark's
-    own g's)."""
     return MODELS[model].map_channels if model in MODELS else 0

@@ -2,6 +2,4 @@
 
 
 class RegistryError(ValueError):
-    """The registry cannot be read: a malformed UNBIASED_BENCHMARKS, a name given twice, a
-    module that does not import or holds no SPEC, an entry point that names no MethodEntry.
-    One line, naming where it came from."""
+    """The registry cannot be read: one line, naming where it came from."""

@@ -1,11 +1,8 @@
-"""A setting is declared once: a config dataclass field whose metadata carries the help text,
-choices and bounds of its command-line flag. sweeps/cli.py generates the method and training
-flags from these fields, so a new setting cannot be added without its flag (and its flag
-cannot drift from the field). Nothing here imports torch or ray.
+"""A setting is declared once: a config dataclass field whose metadata carries its flag's
+help, choices and bounds, so a flag cannot drift from its field. Nothing here imports torch.
 
-The kind, choices and bounds are checked wherever a config is built: by the flag on the
-command line, by `setting_problems` for a config made in Python or read from JSON (the same
-phrase: "must be > 0"). A config's `problems()` adds only what relates several fields.
+The same checks run on the command line and, by `setting_problems`, on a config made in
+Python or read from JSON; a config's `problems()` adds only what relates several fields.
 """
 
 from __future__ import annotations
@@ -25,10 +22,8 @@ _KINDS: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
 
 @dataclass(frozen=True)
 class Setting:
-    """What a setting's flag shows and checks. `axis`: the sweep drivers take a list of values
-    for it (lam, K), so its flag is written by hand in sweeps/cli.py. `many`: the flag takes
-    a comma-separated list (a benchmark's data axis: --sigma, --rho), each item read by
-    `convert` (default: the field's kind) and checked against the bounds or `choices`."""
+    """`axis`: the sweep drivers take a list of values (its flag is written by hand in
+    sweeps/cli.py). `many`: a comma-separated list, each item read by `convert`."""
 
     help: str
     choices: tuple[str, ...] | None = None
@@ -41,14 +36,12 @@ class Setting:
     convert: Callable[[str], Any] | None = None
 
     def problem(self, value: float) -> str | None:
-        """Why `value` is out of the flag's bounds (one phrase), or None."""
         return bounds(ge=self.ge, gt=self.gt, le=self.le, lt=self.lt)(value)
 
 
 def bounds(ge: float | None = None, gt: float | None = None, le: float | None = None,
            lt: float | None = None) -> Callable[[float], str | None]:
-    """A check of one number: None when it is within the bounds (and finite, for a float),
-    else why not ("must be > 0", "must be in [0, 1]")."""
+    """A check of one number: None, or why not ("must be in [0, 1]")."""
     low, high = (ge if ge is not None else gt), (le if le is not None else lt)
 
     def problem(value: float) -> str | None:
@@ -71,7 +64,6 @@ def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
             ge: float | None = None, gt: float | None = None, le: float | None = None,
             lt: float | None = None, axis: bool = False, many: bool = False,
             convert: Callable[[str], Any] | None = None) -> Any:
-    """A dataclass field with its default and the flag's help, choices and bounds."""
     meta = Setting(help=help, choices=None if choices is None else tuple(choices), ge=ge,
                    gt=gt, le=le, lt=lt, axis=axis, many=many, convert=convert)
     return dataclasses.field(default=default, metadata={METADATA_KEY: meta})
@@ -82,8 +74,7 @@ def setting_of(f: dataclasses.Field) -> Setting | None:
 
 
 def kind_of(f: dataclasses.Field) -> type:
-    """The value type of a field (bool, int, float or str), `| None` dropped; of a list
-    setting (`tuple[float, ...]`), its items'."""
+    """bool, int, float or str, `| None` dropped; of a list setting, its items'."""
     if isinstance(f.type, str):
         text = f.type.strip()
         if text.startswith("tuple[") and text.endswith(", ...]"):
@@ -98,8 +89,7 @@ def kind_of(f: dataclasses.Field) -> type:
 
 
 def setting_problems(config: Any) -> list[str]:
-    """Each field of a settings dataclass checked against its setting's kind, choices and
-    bounds: one phrase for each field that is wrong ("lr must be > 0, got 0.0")."""
+    """One phrase for each field that is wrong ("lr must be > 0, got 0.0")."""
     problems = []
     for f in dataclasses.fields(config):
         meta = setting_of(f)
@@ -134,44 +124,31 @@ def _value_problem(kind: type, meta: Setting, value: Any) -> str | None:
 
 
 def own_fields(cls: type) -> list[dataclasses.Field]:
-    """The fields `cls` declares itself (not those of its base classes), in order."""
     own = cls.__dict__.get("__annotations__", {})
     return [f for f in dataclasses.fields(cls) if f.name in own]
 
 
-# A warm-started trial's config key (set by the sweep, not a flag): the grid index of the
-# lam = 0 trial whose checkpoint it starts from (`warm_start`).
-WARM_FROM = "warm_from"
-
-# A sweep's trial has its grid point under this config key (sweeps/core.py). Here, torch- and
-# ray-free, so that the trial loop (unbiased/trial.py) and the sweeps read it from one place.
+# Config keys the trial loop and the sweeps share, here so both read them from one place.
+WARM_FROM = "warm_from"  # the key of the lam = 0 trial a warm start starts from
 POINT_KEY = "point"
 MEMBERS_KEY = "members"  # a bundle trial's point: its grid points under this key
-# A tuning preset's point holds its drawn settings under this key (sweeps/tuning.py): its arm
-# and draw index name the trial, the settings reach its config.
-SETTINGS_KEY = "settings"
-# Where a Tune trial's record lives (its experiment's trials directory, a path or a URI): set
-# by the sweep's Tuner (sweeps/runner.py), read by the trial's session (trainables/), and no
-# part of the trial's settings: flat_config leaves it out.
-RECORDS_KEY = "records_at"
+SETTINGS_KEY = "settings"  # a tuning preset's drawn settings, within the point
+RECORDS_KEY = "records_at"  # where a Tune trial's record lives: no part of its settings
 
 
 def flat_config(config: dict) -> dict:
-    """A trial's config with its grid point's keys (and drawn settings) at the top level."""
     return {**{k: v for k, v in config.items() if k not in (POINT_KEY, RECORDS_KEY)},
             **flat_point(config.get(POINT_KEY) or {})}
 
 
 def flat_point(point: dict) -> dict:
-    """A grid point with its drawn settings (SETTINGS_KEY) at the top level."""
     return {**{k: v for k, v in point.items() if k != SETTINGS_KEY},
             **(point.get(SETTINGS_KEY) or {})}
 
 
 @dataclass
 class TrialSettings:
-    """What the trainable reads from a trial's config besides the method's settings
-    (unbiased/trial.py, run_trial), with the values it takes when the config lacks one."""
+    """What a trial reads from its config besides the method's settings."""
 
     device: str = setting("auto", "training device (auto: cuda when the trial has a GPU)",
                           choices=DEVICES)
@@ -189,12 +166,11 @@ class TrialSettings:
                 "weights (every (y, c) group of the benchmark the same weight), so the "
                 "label-free rules read them so; none = the rows as drawn",
         choices=("none", "groups"))
-    # Computing z for every training row costs more than the estimates themselves on CPU
-    # (24 s of a LeNet on 54,000 rows against 4 s an estimate): the cap reads a tenth of them.
+    # z of every training row costs more than the estimates on CPU (24 s of a LeNet on
+    # 54,000 rows against 4 s an estimate).
     mi_eval_group_rows: int = setting(
         0, "under --mi-eval-weights groups: estimate on at most N training rows of each "
            "group, drawn by the seed (every row of a smaller group); 0 = every row", ge=0)
-    # Off in every preset written before it: a trial without it trains on every row.
     val_frac: float = setting(
         0.0, "hold out this fraction of the training rows, drawn uniformly (with their "
              "bias) by the seed, as a validation split: val_acc and val_worst_acc every "
@@ -221,7 +197,6 @@ class TrialSettings:
 
 
 def trial_rule_problems(values: dict) -> list[str]:
-    """What the trial settings in `values` ask that cannot hold together (empty: nothing)."""
     if values.get("tf32") and values.get("deterministic"):
         return ["--tf32 rounds float32 matmuls to TF32 and --deterministic turns TF32 off: "
                 "give one of them"]

@@ -1,21 +1,14 @@
-"""A label-free stopping rule: the paper's lowest-MI selection applied over the epochs of one
-run instead of over lambdas.
-
-Every epoch, a fresh estimate of the colour in z (`mi_eval`, or `mi_eval_cond`: the colour
-beyond the label) and the training accuracy are recorded. The chosen epoch is the one with the
-lowest estimate among the eligible epochs; ties go to the later epoch. Neither test labels nor
-unbiased validation data are used. An epoch is eligible when
+"""A label-free stopping rule: the paper's lowest-MI selection over the epochs of one run
+instead of over lambdas: the lowest estimate among the eligible epochs, ties to the later.
+An epoch is eligible when
 
 - its training accuracy is within `tolerance` of the run's best (an epoch that has not fitted
   the task yet cannot win by knowing nothing);
-- its estimate and its training accuracy are finite numbers;
-- neither estimate (mi_eval, mi_eval_cond) is below its floor by more than
-  `FLOOR_MARGIN_NATS`. The floor is the same estimator run on the model's own predictions,
-  one-hot: a function of z, so by the data processing inequality I(z; c) >= I(prediction; c)
-  (and the same given y). An estimate of z well below it is the estimator failing on z
-  (mi_eval ~0 against a floor of ~1.6-1.9 on a model fitting the labels at .88;
-  docs/MEASURED.md, "The same trained models: random RGB test colours, estimates and their
-  floors"), not a debiased model.
+- its estimate and its training accuracy are finite;
+- neither estimate is below its floor by more than `FLOOR_MARGIN_NATS`. The floor is the same
+  estimator on the model's one-hot predictions, a function of z, so I(z; c) >= I(pred; c):
+  an estimate well below it is the estimator failing on z (mi_eval ~0 against a floor of
+  ~1.6-1.9; docs/MEASURED.md, "The same trained models"), not a debiased model.
 
 Eligibility, the tie rule and `could_be_picked` use the same exact comparisons, so an epoch
 whose weights were dropped can never be chosen later.
@@ -27,7 +20,6 @@ import math
 from dataclasses import dataclass
 
 SELECT_EPOCH_RULES: tuple[str, ...] = ("last", "lowest_mi", "lowest_mi_cond")
-# The record field each rule minimises.
 CRITERION = {"lowest_mi": "mi_eval", "lowest_mi_cond": "mi_eval_cond"}
 EPOCH_TOLERANCE = 0.05  # the same train-accuracy slack as analysis' LowestMI over lambdas
 _FIT_EPS = 1e-12  # float slack on the train-accuracy tolerance
@@ -75,9 +67,7 @@ def _eligible(records: list[EstimatedEpoch], criterion: str, tolerance: float
 
 def pick_epoch(records: list[EstimatedEpoch], tolerance: float = EPOCH_TOLERANCE,
                criterion: str = "mi_eval") -> int | None:
-    """The epoch the rule chooses among `records` (at least one), or None when no epoch is
-    usable (every estimate NaN/inf or below its floor): the caller reports its last epoch
-    and says so."""
+    """The epoch the rule chooses, or None when no epoch is usable."""
     if not records:
         raise ValueError("pick_epoch needs at least one epoch record")
     fits = _eligible(records, criterion, tolerance)
@@ -88,10 +78,8 @@ def pick_epoch(records: list[EstimatedEpoch], tolerance: float = EPOCH_TOLERANCE
 
 
 def could_be_picked(records: list[EstimatedEpoch], criterion: str = "mi_eval") -> set[int]:
-    """Epochs that some later history could still make `pick_epoch` choose: usable ones that
-    no other usable epoch dominates (a later epoch with train_acc >= and an estimate <= wins
-    whenever this one is eligible). Only their weights need keeping. A later epoch can raise
-    the best train accuracy but never make an unusable epoch usable."""
+    """Epochs some later history could still make `pick_epoch` choose: usable ones no later
+    epoch dominates (train_acc >= and an estimate <=). Only their weights need keeping."""
     usable = [r for r in records if r.usable(criterion)]
     keep = set()
     for r in usable:

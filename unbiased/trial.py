@@ -1,36 +1,13 @@
-"""A trial: where each of its per-epoch rows comes from. Every sweep, `piece` and test trains
-a grid point through `run_trial` (or `run_bundle`) here, and nothing here imports Ray.
+"""A trial: where each of its per-epoch rows comes from (nothing here imports Ray).
 
-`run_trial` trains the config's `method` (unbiased.methods.METHODS, default mi_backprop) for
-`epochs` epochs on a built benchmark and reports one row of metrics per epoch, with a
-checkpoint, to its session; on a restart it continues from the session's checkpoint at the
-next epoch with the model, MINE, optimiser and RNG states it had. The final report also
-carries `mi_eval`: MI measured by a fresh statistics network trained on the frozen training
-features, `mi_eval_cond` (the same with c shuffled within each label) and `selected_epoch`:
-the last epoch, or with `select_epoch = "lowest_mi"` the epoch the label-free lowest-MI rule
-picks over the run (mi_eval is then measured every epoch; the final checkpoint holds that
-epoch's g and f under "selected").
+`run_trial` reports one row of metrics per epoch, with a checkpoint, to its session
+(`TrialSession`); a restart continues from the session's checkpoint. A checkpoint is one
+state per member (a plain trial has one, ""), made files here so that `ckpt_s` counts the
+writing and every session stores the same bytes.
 
-The session (`TrialSession`) is what a trial needs from whoever runs it: it takes each
-epoch's report and checkpoint, gives back the checkpoint to continue from, says where the
-trial runs, and can read another trial's last checkpoint of the same sweep (a warm start from
-a baseline trained before it). A checkpoint is one state per member of the trial (a plain
-trial has one member, ""; a bundle one per grid point), made files by `checkpoint_files` in
-the trial (so its `ckpt_s` counts the writing) and read back by `read_checkpoint`: every
-session stores the same bytes. `StoreSession` (trainables/record.py) keeps them in the
-trial's record (`python -m sweeps piece` runs the loop with it, without Ray), `TuneSession`
-(trainables/tune_trial.py) is that one under Ray Tune; `MemorySession` keeps the reports
-and the last checkpoint's bytes in memory (the tests drive the loop with it).
-
-A trial bundle (`--bundle N`, `run_bundle`) trains several grid points as one trial. Its
-config holds the settings the points share and, under "members", each point (its lam, seed,
-data axes...). Each member is a whole mi_backprop trial (its benchmark built from its own
-config, its plan, stopping rule, checkpoint state); `MIBackpropBundle`
-(unbiased/methods/bundle.py) trains them together, and everything after the training of an
-epoch (evaluation, MI estimates, the stopping rule, the selected epoch) is as in run_trial,
-per member. One report per epoch carries every member's metrics under "m<i>/" and the trial's
-`epoch`; its checkpoint holds a file per member. A member that diverges reports it once, is
-frozen, and its checkpoint keeps the reason; the others go on.
+A trial bundle (`--bundle N`, `run_bundle`) trains several mi_backprop grid points as one
+trial; everything after an epoch's training is as in run_trial, per member, reported under
+"m<i>/". A member that diverges reports it once and is frozen, the others go on.
 """
 
 from __future__ import annotations
@@ -70,8 +47,7 @@ from unbiased.stopping import (
 REESTIMATE_SEED_OFFSET = 7_919
 
 
-# A plain trial's checkpoint file (every sweep before bundles wrote this name); a bundle
-# member's is state_<member>.pt.
+# A plain trial's checkpoint file; a bundle member's is state_<member>.pt.
 CHECKPOINT_FILE = "state.pt"
 
 
@@ -89,28 +65,21 @@ class TrialSession(Protocol):
         """The GPUs the runner gave this trial (empty: none)."""
 
     def checkpoint_of(self, key: str) -> dict[str, bytes] | None:
-        """The files of another trial's last checkpoint in this sweep, by its key (None: it
-        has none)."""
-
-
-def checkpoint_name(member: str) -> str:
-    return CHECKPOINT_FILE if member == "" else f"state_{member}.pt"
+        """Another trial's last checkpoint in this sweep, by its key (None: it has none)."""
 
 
 def checkpoint_files(states: dict[str, dict]) -> dict[str, bytes]:
-    """The files of a checkpoint: torch.save of each member's state."""
     files = {}
     for member, state in states.items():
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        files[checkpoint_name(member)] = buffer.getvalue()
+        files[CHECKPOINT_FILE if member == "" else f"state_{member}.pt"] = buffer.getvalue()
     return files
 
 
 def read_checkpoint(files: dict[str, bytes]) -> dict[str, dict]:
     """The states of a checkpoint's files, by member. On the CPU: RNG states must stay CPU
-    byte tensors (map_location=cuda moved them onto the GPU, and every restore on a GPU
-    crashed); load_state_dict copies weights and optimiser states onto the trial's device."""
+    byte tensors; load_state_dict copies the rest onto the trial's device."""
     states = {}
     for name, data in files.items():
         if name == CHECKPOINT_FILE:
@@ -124,10 +93,8 @@ def read_checkpoint(files: dict[str, bytes]) -> dict[str, dict]:
 
 
 def machine_id() -> str:
-    """Which machine ran an epoch, across sessions and Ray restarts (hostnames repeat: every
-    development machine here is `vm`): /etc/machine-id's first 12 characters, else the
-    hostname. Per-epoch numbers differ across machines (docs/MEASURED.md), so comparisons
-    are made within one."""
+    """/etc/machine-id's first 12 characters, else the hostname: hostnames repeat (every
+    development machine here is `vm`), and per-epoch numbers differ across machines."""
     try:
         with open("/etc/machine-id") as f:
             return f.read().strip()[:12] or socket.gethostname()
@@ -136,8 +103,7 @@ def machine_id() -> str:
 
 
 class MemorySession:
-    """Reports kept in memory with the last checkpoint's files: a test drives run_trial with
-    it, restarts from `checkpoint` (a new session given the old one's), and reads `reports`."""
+    """Reports and the last checkpoint kept in memory (the tests' session)."""
 
     def __init__(self, checkpoint: dict[str, bytes] | None = None,
                  gpus: list | None = None,
@@ -173,7 +139,7 @@ class InjectedFailure(RuntimeError):
 
 
 def divergence(metrics: dict, keys: tuple[str, ...]) -> str | None:
-    """Why a trial's epoch metrics mean it diverged (NaN or inf among `keys`), or None."""
+    """Why the epoch diverged (NaN or inf among `keys`), or None."""
     bad = [key for key in keys
            if isinstance(metrics.get(key), float) and not math.isfinite(metrics[key])]
     if not bad:
@@ -183,12 +149,10 @@ def divergence(metrics: dict, keys: tuple[str, ...]) -> str | None:
 
 
 class DeviceError(RuntimeError):
-    """A trial was given a device it cannot use: a configuration fault, not a lost node, so
-    the trial stops once instead of being retried."""
+    """A configuration fault, not a lost node: the trial stops once instead of retrying."""
 
 
 def torch_build() -> str:
-    """What torch sees and was built for, for a device error."""
     cuda = torch.version.cuda
     return (f"torch {torch.__version__} ({'CUDA ' + cuda + ' build' if cuda else 'CPU-only build'}"
             f"), torch.cuda.is_available() = {torch.cuda.is_available()}, "
@@ -197,9 +161,8 @@ def torch_build() -> str:
 
 
 def pick_device(requested: str, gpu_ids: list | None = None) -> torch.device:
-    """The trial's device. `auto` is cuda when the trial was given GPUs (`gpu_ids`, what Ray
-    assigned it) or, outside Ray, when CUDA is available. A trial given a GPU (or `cuda`) that
-    torch cannot see is a DeviceError: training on one CPU thread instead would go unnoticed."""
+    """`auto` is cuda when Ray gave the trial GPUs or, outside Ray, when CUDA is available. A
+    GPU torch cannot see is a DeviceError: training on one CPU thread would go unnoticed."""
     wants_cuda = requested.startswith("cuda") or (requested == "auto" and bool(gpu_ids))
     if wants_cuda and not torch.cuda.is_available():
         given = f"GPUs {list(gpu_ids)} from Ray" if gpu_ids else "no GPU from Ray"
@@ -219,14 +182,13 @@ def pick_device(requested: str, gpu_ids: list | None = None) -> torch.device:
 
 
 def set_deterministic(device: torch.device) -> None:
-    """--deterministic: the same config and seed give the same numbers on one GPU model, as
-    they do on CPU: deterministic cuDNN and algorithms (an op without one warns), no TF32 (it
-    rounds matmuls and convolutions to 10-bit mantissas), no cuDNN autotuning."""
+    """--deterministic: the same numbers on one GPU model, as on CPU. No TF32: it rounds
+    matmuls and convolutions to 10-bit mantissas."""
     if device.type == "cuda":
         # cuBLAS needs a fixed workspace to be deterministic; read when it first starts.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    # warn_only: an op without a deterministic kernel warns (in the trial's log) instead of
-    # ending the trial; none of the digits methods' ops is one on CPU or CUDA.
+    # An op without a deterministic kernel warns instead of ending the trial (none of the
+    # digits methods' ops is one).
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
@@ -234,24 +196,20 @@ def set_deterministic(device: torch.device) -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
-# The values a trial takes for settings its config lacks (one source: unbiased/settings.py).
+# The values a trial takes for settings its config lacks.
 _TRIAL = TrialSettings()
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a trial does, read from its config once: how long, which seed, how often MI is
-    re-estimated and which epoch it reports as selected."""
+    """What a trial does, read from its config once."""
 
     epochs: int
     seed: int
     method: str
     select: str  # one of SELECT_EPOCH_RULES
     mi_steps: int
-    # The stopping rule re-estimates MI every `every` epochs and at the last, and picks among
-    # those epochs: on a long schedule a re-estimate every epoch would cost more than the
-    # training (docs/MEASURED.md, "The GPU path on an H200").
-    every: int
+    every: int  # MI re-estimated every `every` epochs and at the last
     fail_at: int | None  # the fail_once_at_epoch test hook
     cuda_graphs: bool = False  # the fresh critics' steps replayed as CUDA graphs too
     balanced: bool = False  # mi_eval_weights groups: the fresh estimates group-balanced
@@ -281,20 +239,16 @@ class Plan:
 
     def benchmark(self, build: Callable[[dict], Benchmark], config: dict,
                   device: torch.device) -> Benchmark:
-        """The trial's benchmark on `device`, its validation rows held out."""
         bench = build(config).to(device)
         return hold_out(bench, self.val_frac, self.seed) if self.val_frac > 0 else bench
 
     def for_lam(self, lam: float) -> Plan:
-        """lam as the method reads it (its Config's default when the trial config has none).
-        lam = 0 is the ERM baseline: reported at its last epoch, as a user would train it (the
-        stopping rule is part of the method, and on ERM it would pick early epochs whose lower
-        MI only reflects a less fitted model)."""
+        """lam = 0 (ERM) is reported at its last epoch: the stopping rule would pick early
+        epochs whose lower MI only reflects a less fitted model."""
         return replace(self, select="last") if lam == 0 else self
 
     @property
     def stopping(self) -> bool:
-        """Whether a label-free stopping rule picks the reported epoch."""
         return self.select in CRITERION
 
     @property
@@ -302,14 +256,11 @@ class Plan:
         return CRITERION.get(self.select, "mi_eval")
 
     def estimates_at(self, epoch: int) -> bool:
-        """Whether MI is re-estimated (mi_eval) after this epoch."""
         return epoch == self.epochs or (self.stopping and epoch % self.every == 0)
 
 
 class EpochPicker:
-    """The lowest-MI rule's bookkeeping over a run: every estimated epoch's (train_acc,
-    mi_eval, ...) and the weights of the epochs the rule could still pick (a small Pareto
-    set), both kept in every checkpoint so a restart loses nothing."""
+    """The lowest-MI rule's records and the weights it could still pick, in every checkpoint."""
 
     def __init__(self, criterion: str, state: dict | None) -> None:
         self.criterion = criterion
@@ -318,7 +269,6 @@ class EpochPicker:
         self.kept: dict[int, dict] = dict(state.get("kept", {}))
 
     def add(self, epoch: int, metrics: dict, state: dict) -> None:
-        """An estimated epoch: its record, and its g and f while the rule could pick it."""
         self.records.append(EstimatedEpoch(
             epoch, float(metrics["train_acc"]), float(metrics["mi_eval"]),
             float(metrics["mi_eval_cond"]), float(metrics["mi_floor"]),
@@ -328,7 +278,6 @@ class EpochPicker:
         self.kept = {e: w for e, w in self.kept.items() if e in keep}
 
     def store(self, state: dict) -> None:
-        """Into a checkpoint, estimated this epoch or not."""
         state["records"] = [vars(r) for r in self.records]
         state["kept"] = self.kept
 
@@ -341,7 +290,6 @@ class EpochPicker:
 
 
 def restore(algo, session: TrialSession) -> dict | None:
-    """The state of the session's checkpoint put back into `algo` (None: a fresh start)."""
     files = session.restore()
     if files is None:
         return None
@@ -352,13 +300,11 @@ def restore(algo, session: TrialSession) -> dict | None:
 
 
 class WarmStartError(RuntimeError):
-    """The trial a warm start starts from left no checkpoint (it failed, or diverged)."""
+    pass
 
 
 def warm_start(algo, session: TrialSession, source: str) -> None:
-    """A fresh trial started from the last checkpoint of the sweep's trial `source` (its
-    record's key: the lam = 0 trial of its data point and seed): g, f and their optimiser's
-    state."""
+    """g, f and their optimiser's state from the last checkpoint of trial `source`."""
     files = session.checkpoint_of(source)
     if files is None:
         raise WarmStartError(f"warm start: trial {source} (the lam = 0 trial this one "
@@ -370,10 +316,8 @@ def warm_start(algo, session: TrialSession, source: str) -> None:
 
 def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
                 stats: EpochStats | None = None) -> dict:
-    """One epoch trained (unless its `stats` are given: a bundle trained it) and evaluated:
-    its metrics, mi_eval NaN until estimated. Wall seconds of each part of an epoch: time_s
-    (the training steps, measured by the method) + eval_s + mi_eval_s + ckpt_s <= epoch_s;
-    bench/epoch_cost.py prints them."""
+    """One epoch trained (unless a bundle gives its `stats`) and evaluated; mi_eval NaN until
+    estimated. Wall seconds: time_s + eval_s + mi_eval_s + ckpt_s <= epoch_s."""
     stats = algo.run_epoch() if stats is None else stats
     eval_start = time.perf_counter()
     evaluated = algo.evaluate()
@@ -393,9 +337,6 @@ def train_epoch(algo, epoch: int, start_epoch: int, where: dict[str, str],
 
 def mi_eval_set(algo, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                            torch.Tensor | None]:
-    """The training (z, y, c) the fresh estimates read, and their weights: the rows of
-    `train_eval_rows` unweighted, or under `mi_eval_weights groups` every training row with
-    its group-balanced weight."""
     if plan.balanced:
         return algo.balanced_train_set(plan.group_rows, plan.seed)
     return (*algo.train_eval_set(), None)
@@ -403,16 +344,13 @@ def mi_eval_set(algo, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def mi_pair(z: torch.Tensor, c: torch.Tensor, y: torch.Tensor, seed: int, plan: Plan,
             weights: torch.Tensor | None) -> tuple[float, float]:
-    """I(z; c) and I(z; c | y) by fresh statistics networks: the second with c shuffled
-    within each class (colour beyond the label; 0 for a z that encodes y alone, where the
-    first still reads about I(y; c))."""
+    """I(z; c) and I(z; c | y): the second is 0 for a z that encodes y alone, where the first
+    still reads about I(y; c)."""
     return tuple(mi_eval(z, c, seed=seed, steps=plan.mi_steps, given=given,
                          cuda_graphs=plan.cuda_graphs, weights=weights) for given in (None, y))
 
 
 def fresh_estimates(algo, plan: Plan) -> dict[str, float]:
-    """MI of the training features by fresh statistics networks (mi_eval), and with the
-    stopping rule the floors it checks them against."""
     z, y, c, weights = mi_eval_set(algo, plan)
     estimates = dict(zip(("mi_eval", "mi_eval_cond"), mi_pair(z, c, y, plan.seed, plan,
                                                                 weights), strict=True))
@@ -426,9 +364,7 @@ def fresh_estimates(algo, plan: Plan) -> dict[str, float]:
 
 def select_epoch(algo, plan: Plan, rule: EpochPicker | None, state: dict,
                  metrics: dict) -> float:
-    """At the last epoch: the epoch the trial reports as selected (`selected_epoch`), and
-    with the stopping rule its weights in the checkpoint (under "selected") and its estimates
-    again with another seed. Returns the seconds spent re-estimating."""
+    """At the last epoch: `selected_epoch`; returns the seconds spent re-estimating."""
     epoch = int(metrics["epoch"])
     chosen = rule.pick() if rule is not None else epoch
     if chosen is None:
@@ -453,38 +389,22 @@ def select_epoch(algo, plan: Plan, rule: EpochPicker | None, state: dict,
     return again_s
 
 
-def report_with_checkpoint(session: TrialSession, states: dict[str, dict], metrics: dict,
-                           ckpt_start: float, epoch_start: float) -> None:
-    """The epoch's metrics to the session, with `states` (by member) as its checkpoint."""
-    files = checkpoint_files(states)
-    now = time.perf_counter()
-    metrics["ckpt_s"] = now - ckpt_start
-    metrics["epoch_s"] = now - epoch_start
-    session.report(metrics, files)
-
-
-def trial_device(config: dict, session: TrialSession) -> torch.device | None:
-    """The trial's device; None when it cannot have the one it was given, which is then
-    reported, not raised: Tune would retry a raised error max_failures times."""
-    try:
-        return pick_device(str(config.get("device", _TRIAL.device)), session.gpu_ids())
-    except DeviceError as exc:
-        print(f"error: {exc}", flush=True)
-        session.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
-        return None
-
-
 def start_trial(config: dict, session: TrialSession
                 ) -> tuple[dict, torch.device | None]:
-    """What every trial does first: its flat config, as many torch threads as CPUs it was
-    given, and its device (None: it cannot have the one it was given, which was reported)."""
+    """The flat config and the device (None: reported unusable)."""
     config = flat_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
     problems = trial_rule_problems(config)
     if problems:
         raise ValueError("; ".join(problems))
-    device = trial_device(config, session)
+    try:
+        device = pick_device(str(config.get("device", _TRIAL.device)), session.gpu_ids())
+    except DeviceError as exc:
+        # Reported, not raised: Tune would retry a raised error max_failures times.
+        print(f"error: {exc}", flush=True)
+        session.report({"epoch": 0, "device_error": str(exc), "node": socket.gethostname()})
+        device = None
     if device is not None and device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = bool(config.get("tf32", _TRIAL.tf32))
     if device is not None and config.get("deterministic"):
@@ -493,9 +413,7 @@ def start_trial(config: dict, session: TrialSession
 
 
 def precision(config: dict, device: torch.device) -> str:
-    """How the trial's float32 math runs, for every epoch's row: `bf16-g` (--amp: g's layers
-    in bf16), `tf32-matmul` (--tf32), `tf32-conv` (cuDNN's default on a GPU), joined by +;
-    `fp32` when none holds."""
+    """`bf16-g`, `tf32-matmul`, `tf32-conv` (cuDNN's GPU default) joined by +, else `fp32`."""
     parts = ["bf16-g"] if config.get("amp") else []
     if device.type == "cuda":
         parts += ["tf32-matmul"] if torch.backends.cuda.matmul.allow_tf32 else []
@@ -504,13 +422,11 @@ def precision(config: dict, device: torch.device) -> str:
 
 
 def epoch_columns(config: dict, device: torch.device, session: TrialSession) -> dict[str, str]:
-    """The columns every epoch of a trial repeats: where it ran and at what precision."""
     return {**session.where(), "precision": precision(config, device)}
 
 
 def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSession) -> None:
-    """Train one trial. `build(config)` returns the benchmark (on CPU); `session` is Tune's
-    (trainables/tune_trial.py) or a MemorySession."""
+    """Train one trial; `build(config)` returns the benchmark (on CPU)."""
     config, device = start_trial(config, session)
     if device is None:
         return
@@ -535,20 +451,20 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSe
         metrics = train_epoch(algo, epoch, start_epoch, where)
         state, ckpt_start = close_epoch(algo, plan, rule, metrics, watched)
         if state is None:
-            # Stop with the reason on record; no checkpoint (a NaN model is not worth resuming)
-            # so a restart could not pick it up either. The sweep goes on without it.
+            # No checkpoint: a NaN model is not worth resuming.
             metrics["epoch_s"] = time.perf_counter() - epoch_start
             session.report(metrics)
             return
-        report_with_checkpoint(session, {"": state}, metrics, ckpt_start, epoch_start)
+        files = checkpoint_files({"": state})
+        now = time.perf_counter()
+        metrics["ckpt_s"] = now - ckpt_start
+        metrics["epoch_s"] = now - epoch_start
+        session.report(metrics, files)
 
 
 def close_epoch(algo, plan: Plan, rule: EpochPicker | None, metrics: dict,
                 watched: tuple[str, ...]) -> tuple[dict | None, float]:
-    """After an epoch's training and evaluation: whether it diverged (then `diverged` in
-    metrics and no state), MI re-estimated where the plan says, the stopping rule's records,
-    and at the last epoch the selected epoch. Returns the state to checkpoint and when its
-    checkpoint's seconds (ckpt_s) began."""
+    """Divergence, MI estimates, the stopping rule; returns the state, when ckpt_s began."""
     diverged = divergence(metrics, watched)
     if diverged:
         metrics["diverged"] = diverged
@@ -571,7 +487,6 @@ def close_epoch(algo, plan: Plan, rule: EpochPicker | None, metrics: dict,
     return state, ckpt_start
 
 
-# A trial bundle (module docstring).
 WATCHED = ("loss_task", "penalty", "mi_batch", "mi")
 
 
@@ -580,13 +495,11 @@ def member_key(index: int) -> str:
 
 
 def member_configs(config: dict) -> list[dict]:
-    """Each member's whole config: the shared settings and its own point."""
     shared = {k: v for k, v in config.items() if k != MEMBERS_KEY}
     return [{**shared, **flat_point(point)} for point in config[MEMBERS_KEY]]
 
 
 def run_bundle(config: dict, build: Callable[[dict], Benchmark], session: TrialSession) -> None:
-    """Train a bundle trial (module docstring, "A trial bundle")."""
     config, device = start_trial(config, session)
     if device is None:
         return

@@ -1,10 +1,7 @@
-"""The benchmark registry: one line per benchmark, its name -> the module whose `SPEC`
-(unbiased.benchmarks.spec.BenchmarkSpec) says everything it brings.
+"""The benchmark registry: name -> the module whose `SPEC` says everything it brings.
 
-The sweeps (`python -m sweeps NAME`), the generic trainable (trainables/tune_trial.py), the
-results columns and the analysis's tables all read this registry. Importing it, or a spec
-module it names, must not import torch or ray: the analysis reads the specs torch-free. A
-spec module imports its data code (torch) inside the functions that need it.
+Importing it, or a spec module it names, must not import torch or ray: the analysis reads
+the specs torch-free.
 """
 
 from __future__ import annotations
@@ -26,20 +23,16 @@ BENCHMARKS: dict[str, str] = {
     "imdb": "unbiased.benchmarks.imdb.spec",
     "biased_mnist": "unbiased.benchmarks.biased_mnist.spec",
 }
-# Benchmarks of other installed packages: an entry point `NAME = "package.module"` in this
-# group (the module holds its SPEC), found in the package's metadata, no edit here.
+# Other installed packages' benchmarks: an entry point `NAME = "package.module"`.
 ENTRY_POINTS = "unbiased.benchmarks"
-# Benchmarks kept outside any package, "NAME=module[,NAME=module]" (each module holds its
-# SPEC, importable where the sweep runs). A local sweep's Ray workers inherit the driver's
-# environment; a cluster's get it through the head's environment or a runtime_env.
+# "NAME=module[,NAME=module]". A cluster's Ray workers get it through the head's environment
+# or a runtime_env.
 EXTRA_BENCHMARKS_ENV = "UNBIASED_BENCHMARKS"
 __all__ = ["BENCHMARKS", "ENTRY_POINTS", "EXTRA_BENCHMARKS_ENV", "RegistryError", "registered",
            "benchmark_spec", "all_specs", "exit_on_bad_registry"]
 
 
 def registered() -> dict[str, str]:
-    """Every benchmark name -> its spec module: the package's, then installed packages'
-    (entry points), then those of UNBIASED_BENCHMARKS."""
     out = dict(BENCHMARKS)
 
     def add(name: str, module: str, source: str) -> None:
@@ -62,7 +55,6 @@ def registered() -> dict[str, str]:
 
 
 def benchmark_spec(name: str) -> BenchmarkSpec:
-    """The registered benchmark's spec (its module imported on first use)."""
     modules = registered()
     if name not in modules:
         raise KeyError(f"unknown benchmark {name!r}; registered: {', '.join(modules)}")
@@ -80,14 +72,11 @@ def benchmark_spec(name: str) -> BenchmarkSpec:
 
 
 def all_specs() -> list[BenchmarkSpec]:
-    """Every registered benchmark's spec, in the registry's order."""
     return [benchmark_spec(name) for name in registered()]
 
 
 def exit_on_bad_registry() -> None:
-    """Every command's first step: a registry (of benchmarks, or of methods) that cannot be
-    read is one `error:` line and exit status 2, not a traceback from whichever module reads
-    it first."""
+    """A bad registry is one `error:` line and exit status 2, not a traceback."""
     from unbiased.method_catalogue import catalogue
 
     try:

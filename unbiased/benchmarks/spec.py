@@ -1,9 +1,7 @@
-"""What a benchmark brings, as plain data: `BenchmarkSpec`, and the paper-table pieces it
-holds (`TableSpec`, its columns, the published rows and the protocol they were run under).
+"""What a benchmark brings, as plain data: `BenchmarkSpec` and its paper table.
 
-Nothing here imports torch, ray or the analysis: the sweep drivers read a spec to build their
-flags and grids, the analysis to build its tables, and neither may pay for torch to do so.
-A spec's `load`, `describe` and `build` import their data code (torch) when called.
+Nothing here imports torch: the sweep drivers and the analysis read specs and may not pay for
+torch to do so; a spec's `load`, `describe` and `build` import their data code when called.
 """
 
 from __future__ import annotations
@@ -33,9 +31,8 @@ class PublishedRow:
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a paper table: its label; the results column it reports (the first of
-    `metric` the benchmark's rows have); the rows it reads (`where`: column, value pairs);
-    the lambda the paper reports there (our "as the paper" row)."""
+    """One column of a paper table: it reports the first of `metric` the rows have, on the
+    rows `where` selects; `paper_lam` is the lambda the paper reports there."""
 
     label: str
     metric: tuple[str, ...]
@@ -45,9 +42,8 @@ class Column:
 
 @dataclass(frozen=True)
 class ColumnAxis:
-    """Columns made from the data: one per value of `key` among the benchmark's rows (sorted),
-    labelled `axis_label(symbol, value)`, each reporting `metric`. A published row's value for
-    a column is the one keyed within `atol` of the column's value."""
+    """Columns made from the data: one per value of `key` among the rows. A published row's
+    value for a column is the one keyed within `atol` of the column's value."""
 
     key: str
     symbol: str
@@ -58,12 +54,10 @@ class ColumnAxis:
 
 @dataclass(frozen=True)
 class Protocol:
-    """Which runs may be set against the published rows in std units: those of a preset in
-    `comparable` (the paper's protocol, or ours on the paper's data) whose experiment.json
-    values agree with `settings` (a setting the record lacks agrees). Any other preset's
-    table gets one line saying what its runs are instead: `notes[preset]`, else `other`,
-    each formatted with experiment.json's values, `preset`, and `train_rows` (the training
-    rows `rows` lists for the values' `source`)."""
+    """Which runs may be set against the published rows in std units: a preset in
+    `comparable` whose experiment.json agrees with `settings`. Any other preset's table
+    says what its runs are instead: `notes[preset]`, else `other`, formatted with
+    experiment.json's values, `preset` and `train_rows` (`rows` of the `source`)."""
 
     comparable: frozenset[str]
     settings: dict[str, object] = field(default_factory=dict)
@@ -75,17 +69,9 @@ class Protocol:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One benchmark's paper table.
-
-    Per K of mi_backprop a block "<table> (<measures>), K=<K>": a row per `baselines`
-    method (those run without a lambda), `erm_row` (lambda 0, run once and shared by every K
-    and method), `paper_row` (the column's paper lambda) and a row per selection rule, the
-    same for each other method we ran, and the `published` rows beside ours. `note` goes
-    under each block's heading (`{metric[LABEL]}`: the results column of column LABEL).
-    The table is skipped, saying so, where the rows lack a column of `requires`;
-    `bias_strength`: the section of experiment.json's bias strength follows the table.
-    `protocol`: which presets' cells are compared with the published rows in std units
-    (None: every run's, as where experiment.json records no preset).
+    """One benchmark's paper table. `note` goes under each block's heading
+    (`{metric[LABEL]}`: the results column of column LABEL); the table is skipped where the
+    rows lack a column of `requires`; `protocol` None compares every run's cells.
     """
 
     benchmark: str
@@ -108,8 +94,7 @@ class TableSpec:
         return f"{self.name} ({self.table})"
 
 
-# The objects the driver loads once and every trial gets through Ray's object store, and a
-# phrase describing them for the sweep's start line.
+# The objects the driver loads once for every trial, and a phrase describing them.
 Loaded = tuple[dict[str, Any], str]
 
 
@@ -117,33 +102,15 @@ Loaded = tuple[dict[str, Any], str]
 class BenchmarkSpec:
     """Everything a benchmark brings to the sweeps, the trainable and the analysis.
 
-    `presets`: preset name -> every value a sweep of it needs (flags override one each).
-    `data_axes`: keys swept besides method, lam, K and seed (lists in the presets).
+    `data_axes`: keys swept besides method, lam, K and seed.
     `build_keys`: trial config keys `build` reads besides the axes and the seed.
-    `settings`: a dataclass whose fields (unbiased.settings.setting metadata) are the
-    benchmark's own flags, shown under `title`; a field with `many` takes a list (an axis).
-    `columns`: per-epoch result columns the benchmark reports beyond the generic ones
-    (results.parquet keeps them, and the axes).
-    `column_labels`: how table.md names each of `columns` (default: the column's name).
-    `axis_labels`: how table.md and the figures name a value of one of `data_axes`, a format of
-    `{value}` (default: "<symbol>=<value>" for a number, the symbol being its table's
-    ColumnAxis symbol or the axis name; "<axis> <value>" for text).
-    `trade_off`: (metric, label) of one of `columns` the analysis draws per lambda beside test
-    accuracy (figures/<name>_K<K>_<metric>.png; German: equality of opportunity).
-    `summary`: the metrics the driver's closing summary shows.
-    `load(values)`: reads the data once in the driver (raising unbiased.data.DataError on the
-    user's side of things) -> (objects for the trials, phrase).
-    `describe(values, loaded)`: facts about the data for experiment.json and the start lines.
-    `extra_rows(values, loaded, like)`: rows of non-neural baselines the sweep adds to the
-    trials' (German: an RBF SVM per seed), with the columns and dtypes of `like`.
-    `build(config, **loaded)`: the trial's unbiased.data.Benchmark.
-    `fetch(values)`: `--fetch-data` (sweeps/fetch.py), on a machine with network: downloads
-    the data a sweep of `values` reads (into `root` where it goes there), or checks it, and
-    yields lines saying what is there (paths, sizes, rows), or that there is nothing to fetch
-    (embedded data); data the program cannot download is a DataError saying where to get it.
-    None: `load` stands in. `fetch_keys`: the settings besides the preset and --root that
-    decide what `fetch` reads (their flags go into the fetch command an error names).
-    `table`: its paper table with the published rows.
+    `settings`: a dataclass of `setting` fields, the benchmark's own flags.
+    `columns`: per-epoch result columns beyond the generic ones.
+    `axis_labels`: a format of `{value}` naming a value of one of `data_axes`.
+    `trade_off`: (metric, label) the analysis draws per lambda beside test accuracy.
+    `load(values)`: reads the data once in the driver -> (objects for the trials, phrase).
+    `extra_rows(values, loaded, like)`: rows of non-neural baselines, like `like`.
+    `fetch(values)`: `--fetch-data` (None: `load` stands in); `fetch_keys`: what it reads.
     """
 
     name: str
@@ -167,12 +134,9 @@ class BenchmarkSpec:
     fetch_keys: tuple[str, ...] = ()
 
     def result_columns(self) -> tuple[str, ...]:
-        """The columns results.parquet keeps for this benchmark: its metrics, then its axes."""
         return tuple(dict.fromkeys((*self.columns, *self.data_axes)))
 
     def axis_kinds(self) -> dict[str, str]:
-        """Each data axis's results column kind: "string" where the presets list text for
-        it, else "float"."""
         kinds = {}
         for axis in self.data_axes:
             values = [v for preset in self.presets.values() for v in preset.get(axis, ())]
@@ -181,11 +145,20 @@ class BenchmarkSpec:
 
 
 def build_device(config: dict) -> torch.device:
-    """Where a build puts its tensors: the trial's device (run_trial resolves `auto` before
-    building; a build called on its own takes cuda when there is one)."""
+    """The trial's device (a build called on its own resolves `auto` itself)."""
     import torch
 
     device = str(config.get("device", "auto"))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
+
+
+def bias_strength_line(rows: list[dict], axis: str, head: str) -> str:
+    """The start line of the mean `colour_only_acc` of `rows` at each value of `axis`."""
+    means: dict[float, list[float]] = {}
+    for row in rows:
+        means.setdefault(row[axis], []).append(row["colour_only_acc"])
+    return (f"{head}: colour alone classifies "
+            + ", ".join(f"{sum(v) / len(v):.3f} at {axis} {a:g}" for a, v in means.items())
+            + " of the training digits")

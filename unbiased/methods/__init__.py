@@ -1,10 +1,5 @@
-"""Debiasing methods behind one interface (DomainBed's `algorithms.py` style).
-
-A method is a class in its own module: `ERM` (methods/base.py) trains g and f on the task,
-a method overrides `update` (one mini-batch) and adds its own modules and `Config` dataclass
-(its hyper-parameters with defaults). `METHODS` maps the name a sweep's `--method` takes to
-the class (unbiased/method_catalogue.py lists them, torch-free); `make_method` builds one
-from a flat config dict (a trial's config).
+"""Debiasing methods behind one interface (DomainBed's `algorithms.py` style): `METHODS`
+maps a `--method` name to its class; `make_method` builds one from a trial's flat config.
 """
 
 from __future__ import annotations
@@ -18,8 +13,6 @@ from unbiased.data import Benchmark
 from unbiased.method_catalogue import DEFAULT_METHOD, catalogue
 from unbiased.methods.base import ERM, EpochStats, TrainConfig
 
-# unbiased/method_catalogue.py names each method's module and class (installed packages'
-# methods too, by their entry points).
 METHODS: dict[str, type[ERM]] = {
     name: getattr(importlib.import_module(entry.module_path()), entry.cls)
     for name, entry in catalogue().items()}
@@ -35,13 +28,11 @@ def method_class(name: str) -> type[ERM]:
 
 
 def config_keys(name: str) -> tuple[str, ...]:
-    """The config fields of one method (its Config dataclass)."""
     return tuple(f.name for f in fields(method_class(name).Config))
 
 
 def method_config(name: str, values: dict) -> TrainConfig:
-    """The method's Config from the keys of `values` it has (others are left out), validated:
-    a ValueError names every bad field."""
+    """The method's Config from the keys of `values` it has, validated."""
     cls = method_class(name)
     keys = set(config_keys(name))
     return cls.Config(**{k: v for k, v in values.items() if k in keys}).validate()

@@ -1,7 +1,5 @@
-"""What every method shares: g (features) and f (classifier) trained on the task, one epoch
-at a time, plus evaluation and checkpoint state. `ERM` is the base class (DomainBed's style):
-a method overrides `update` (one mini-batch) and, when it has modules of its own,
-`extra_state` / `load_extra_state`.
+"""`ERM`, the base of every method (DomainBed's style): a method overrides `update` (one
+mini-batch) and, with modules of its own, `extra_state` / `load_extra_state`.
 """
 
 from __future__ import annotations
@@ -35,35 +33,23 @@ from unbiased.models import INPUT_NORMS, MODELS, InputNorm, linear_classifier, m
 from unbiased.search import Choice, LogUniform, Space
 from unbiased.settings import setting, setting_problems
 
-# Seed offsets of the streams a trial draws from besides the data order (the trial seed):
-# the training rows evaluated (train_eval_rows); the method's own randomness (its modules'
-# init and its shuffles: `method_gen`), so g and f see the same data order whatever the
-# method and its settings, and a lam = 0 trial is the same ERM under every method; and the
-# shuffles of evaluation, one fresh stream per epoch, so evaluating never moves training.
+# Seed offsets of the streams besides the data order: the evaluated training rows; the
+# method's own draws, so a lam = 0 trial is the same ERM under every method; and each
+# epoch's evaluation, so evaluating never moves training.
 EVAL_ROWS_SEED_OFFSET = 1_000_003
 METHOD_SEED_OFFSET = 2_000_003
 EVAL_SEED_OFFSET = 3_000_017
-# A restore on another kind of device than the checkpoint's (a GPU sweep continued on CPU, or
-# the reverse) cannot take over its generator states (a CUDA generator's state is 16 bytes, a
-# CPU one's 5,056): the streams are then re-seeded from the trial seed and the epoch reached.
+# A restore on another kind of device cannot take over the generator states (a CUDA one's is
+# 16 bytes, a CPU one's 5,056): they are re-seeded from the seed and the epoch reached.
 RESEED_EPOCH_STRIDE = 104_729
-# How the learning rate of g and f moves over a trial: held; decayed to 0 by a half cosine
-# over the trial's `epochs` (step by step); or cut by `lr_step_rate` every `lr_step_epochs`
-# epochs (Kim et al.'s LambdaLR, stepped once an epoch).
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
-# The optimiser of g and f and of the bias heads (MINE's critic has `mine_optimizer`).
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
-# How an epoch's training rows are drawn: a shuffle of them all, or group by group
-# (`GroupSampler`: resampling, the group-balanced distribution); "method": the method's own
-# (`ERM.own_sampler`: groups for Group DRO as published, uniform for the others).
 SAMPLERS: tuple[str, ...] = ("method", "uniform", "groups")
 
 
 @dataclass
 class TrainConfig:
-    """Hyper-parameters every method has. `lam` weighs the method's bias penalty; at 0 every
-    method trains g and f by plain ERM. `reads_map_z`: the method works on a z that is a
-    feature map (a `model` with map channels), not only on a vector z."""
+    """`reads_map_z`: the method works on a feature-map z, not only a vector z."""
 
     reads_map_z: ClassVar[bool] = True
 
@@ -74,13 +60,8 @@ class TrainConfig:
     baseline_lr: float | None = setting(
         None, "learning rate of g and f in a lam = 0 trial (default: --lr); Kim et al. "
               "train their baseline at 0.01 and fine-tune LNTL from it at 0.001", gt=0)
-    # "cosine": every optimiser that moves g or f (the task's Adam and a method's own step on
-    # g, mi_backprop's MI Adam) decays from its lr to 0 over `epochs`; the adversaries (MINE's
-    # T, bias heads) keep theirs, so they can still follow a g that slows down. On a fast
+    # The adversaries keep their lr so they can follow a g that slows down: on a fast
     # schedule a constant lr let g outrun the critic after its peak (docs/MEASURED.md).
-    # `epochs`: the trial's, the schedule's length (the trainable passes it; None = none
-    # given); a trial continued past it (a larger --epochs on --resume) stretches the rest of
-    # the schedule.
     lr_schedule: str = setting(
         "constant", "g and f's lr held, decayed to 0 by a half cosine over --epochs, or cut "
                     "in steps (--lr-step-epochs, --lr-step-rate); critics and bias heads keep "
@@ -90,8 +71,7 @@ class TrainConfig:
             "(Kim et al.'s 40)", ge=1)
     lr_step_rate: float = setting(
         0.1, "with --lr-schedule step: the factor of each fall (Kim et al.'s 0.1)", gt=0, le=1)
-    # Kim et al. decay their bias heads' lr with the network's; off, the adversaries keep
-    # theirs, so they can still follow a g that slows down.
+    # Kim et al. decay their bias heads' lr with the network's.
     schedule_adversaries: bool = setting(
         False, "the lr schedule moves the bias heads' and critics' lr as well as g and f's")
     optimizer: str = setting(
@@ -118,24 +98,19 @@ class TrainConfig:
     # Large for small inputs, small for images (a ResNet-50 batch of 4096 would not fit).
     eval_batch_size: int = setting(
         4096, "rows per forward pass when evaluating a whole split", ge=1)
-    # N rows are drawn once from the trial's seed by a generator of their own (the data order
-    # does not change) and are the same every epoch. A forward of all 60,000 full-MNIST rows
-    # cost 30% of an epoch (bench/epoch_cost.py); evaluation splits are always measured whole.
+    # A forward of all 60,000 full-MNIST rows cost 30% of an epoch (bench/epoch_cost.py).
     train_eval_rows: int = setting(
         0, "training rows train_acc, mi and mi_eval are measured on each epoch: a fixed "
            "random subset of this many (0 = every row)", ge=0)
-    # Speed options, off by default (measured in bench/RESULTS.md). `amp`: z, f, MINE and
-    # every loss stay fp32. `compile`: in place, so state_dict keys do not change.
-    # `channels_last`: g's weights and 4-d tensor inputs.
+    # Speed options (bench/RESULTS.md). `amp`: z, f, MINE and every loss stay fp32.
+    # `compile`: in place, so state_dict keys do not change.
     amp: bool = setting(False, "bf16 autocast for the feature extractor (GPU; off by default)")
     compile: bool = setting(False, "torch.compile the feature extractor and T (off by default)")
     channels_last: bool = setting(False,
                                   "channels-last memory format for conv feature extractors")
 
     def problems(self) -> list[str]:
-        """What is wrong with these values, one phrase per field (empty when valid): each
-        field against its setting (kind, choices, bounds), then the rules that relate
-        fields or that no bound says."""
+        """What is wrong with these values, one phrase each (empty when valid)."""
         problems = setting_problems(self)
         if self.lr_schedule != "constant" and self.epochs is None:
             problems.append(f"lr_schedule {self.lr_schedule!r} needs the trial's epochs "
@@ -160,7 +135,7 @@ class TrainConfig:
 class EpochStats:
     epoch: int
     loss_task: float
-    penalty: float  # mean of the method's bias term over the epoch's batches (method docs)
+    penalty: float  # mean of the method's bias term over the epoch's batches
     time_s: float
     mi_batch: float = math.nan  # mi_backprop: mean L_ne seen by the theta steps
     guarded_frac: float = math.nan  # mi_backprop with mi_guard: theta steps with no MI step
@@ -168,17 +143,13 @@ class EpochStats:
 
 
 class ERM:
-    """g and f by Adam on the task loss. The batch order comes from `gen`, a method's own
-    draws from `method_gen` (both on the training device, seeded from the trial seed, saved
-    in the state), so a run is reproducible and resumable, and the data order of g and f does
-    not depend on the method."""
+    """A method draws from `method_gen`, so the data order (`gen`) never depends on it."""
 
     name: ClassVar[str] = "erm"
     Config: ClassVar[type[TrainConfig]] = TrainConfig
     has_mi_estimator: ClassVar[bool] = False  # reports `mi` / `mi_batch` of its own
     own_sampler: ClassVar[str] = "uniform"  # what `sampler` "method" draws at lam > 0
-    # The distributions of a tuning budget (unbiased/search.py): g and f's, which every
-    # method draws; a method adds its own (its lam's scale, its critic's or heads' lr).
+    # A tuning budget's distributions; a method adds its own.
     search: ClassVar[dict[str, Space]] = {
         "lr": LogUniform(3e-4, 3e-3), "weight_decay": Choice((0.0, 1e-4, 1e-3, 1e-2))}
 
@@ -203,7 +174,6 @@ class ERM:
                            else InputNorm(*INPUT_NORMS[cfg.input_norm]).to(self.device))
         # Fused optimiser kernels: one call per step instead of several per tensor.
         self.fused = self.device.type in ("cpu", "cuda")
-        # g and f's learning rate: the baseline's in a lam = 0 trial, if it has one.
         self.lr = cfg.baseline_lr if cfg.lam == 0 and cfg.baseline_lr is not None else cfg.lr
         self.model_opt = self.optimizer([*self.g.parameters(), *self.f.parameters()], self.lr)
         if cfg.compile:
@@ -216,20 +186,16 @@ class ERM:
             seed + METHOD_SEED_OFFSET)
         self.epoch = 0
         self.seed = seed
-        # The training rows evaluate() measures (None: every row): fixed for the trial, so every
-        # epoch's train_acc and mi_eval are on the same rows, and a resumed run draws the same.
+        # The training rows evaluate() measures (None: every row), fixed for the trial.
         self.eval_rows = train_eval_rows(len(bench.train), cfg.train_eval_rows, seed,
                                          self.device)
-        # The training z, y and c of the last evaluate() (mi_eval of the same epoch reuses
-        # them instead of a second pass over the set).
+        # The last evaluate()'s training z, y and c, which mi_eval reuses.
         self.last_train: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        # The epoch's rows group by group (`sampler`), drawn from method_gen; None: shuffled
-        # from gen, as every trial before the option.
+        # None: the epoch's rows shuffled from gen.
         self.batch_sampler: GroupSampler | None = None
         if self.sampler_name() == "groups":
             groups, count = bench.train_groups()
             self.batch_sampler = GroupSampler(groups.to(self.device), count)
-        # Each evaluation split's rows by report group (`Benchmark.report_groups`).
         self.report_groups: dict[str, tuple[torch.Tensor, int]] = {}
         if bench.report_groups is not None:
             for split_name, split in bench.eval_splits.items():
@@ -237,22 +203,19 @@ class ERM:
                 self.report_groups[split_name] = (rows.to(self.device), count)
 
     def sampler_name(self) -> str:
-        """The sampler this trial draws its epochs with: `sampler`, the method's own where it
-        says "method" (at lam 0 every method is ERM, on ERM's shuffles)."""
+        """At lam 0 every method is ERM, on ERM's shuffles."""
         if self.cfg.sampler != "method":
             return self.cfg.sampler
         return self.own_sampler if self.cfg.lam > 0 else "uniform"
 
     @contextlib.contextmanager
     def own_init(self) -> Iterator[None]:
-        """Initialise a method's own modules (MINE's T, a bias head) inside this block: from
-        the method's seed, leaving torch's global generator as g and f's init left it."""
+        """A method's own modules initialised from its seed, leaving torch's global generator."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed + METHOD_SEED_OFFSET)
             yield
 
     def optimizer(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-        """An optimiser of the kind `optimizer` names, for g and f or a bias head."""
         if self.cfg.optimizer == "sgd":
             return torch.optim.SGD(params, lr=lr, momentum=self.cfg.momentum,
                                    weight_decay=self.cfg.weight_decay)
@@ -262,27 +225,20 @@ class ERM:
         return torch.optim.Adam(params, lr=lr, fused=self.fused)
 
     def eval_generator(self) -> torch.Generator:
-        """A fresh generator for the shuffles of this epoch's evaluation."""
         return torch.Generator(device=self.device).manual_seed(
             self.seed + EVAL_SEED_OFFSET + self.epoch)
 
-    # -- training -------------------------------------------------------------------------
     def scheduled_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimisers `lr_schedule` moves: those that move g or f, and with
-        `schedule_adversaries` the adversaries' too."""
         adversaries = self.adversary_optimizers() if self.cfg.schedule_adversaries else []
         return [*self.model_optimizers(), *adversaries]
 
     def model_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimisers that move g or f."""
         return [self.model_opt]
 
     def adversary_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The optimisers of the method's adversaries (bias heads, critics)."""
         return []
 
     def lr_factor(self, step: int, steps_per_epoch: int) -> float:
-        """The schedule's multiplier of every scheduled lr at `step` of the coming epoch."""
         if self.cfg.lr_schedule == "constant":
             return 1.0
         if self.cfg.lr_schedule == "step":
@@ -301,7 +257,6 @@ class ERM:
         return torch.randperm(n, generator=self.gen, device=self.gen.device).to(self.device)
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
-        """z = g(x), under bf16 autocast when `amp` is on (z comes back as fp32)."""
         if self.input_norm is not None:
             x = self.input_norm(x)
         if not self.cfg.amp:
@@ -310,8 +265,6 @@ class ERM:
             return self.g(x).float()
 
     def epoch_order(self, n: int) -> torch.Tensor:
-        """The epoch's training rows in the order they are batched: a shuffle of all `n`, or
-        as many drawn group by group (`sampler`)."""
         if self.batch_sampler is not None:
             return self.batch_sampler.epoch(self.cfg.batch_size, self.method_gen)
         return self._permutation(n)
@@ -321,8 +274,7 @@ class ERM:
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step on one mini-batch (`rows`: its training-set rows). Returns detached
-        (task loss, penalty) tensors: no device sync per step."""
+        """One mini-batch. Returns detached (task loss, penalty): no device sync per step."""
         loss_task = F.cross_entropy(self.f(self._features(x)), y)
         self.model_opt.zero_grad(set_to_none=True)
         loss_task.backward()
@@ -331,9 +283,8 @@ class ERM:
 
     def task_step(self, loss_task: torch.Tensor, penalty: Callable[[bool], torch.Tensor]
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One Adam step of g and f on loss_task + lam * penalty(False). At lam = 0 the step
-        is plain ERM and the penalty is only measured, as penalty(True) without gradient
-        (`True`: the method detaches z). Returns both, detached."""
+        """One step of g and f on loss_task + lam * penalty(False). At lam = 0 the penalty is
+        only measured, as penalty(True) (z detached) without gradient."""
         self.model_opt.zero_grad(set_to_none=True)
         if self.cfg.lam == 0:
             loss_task.backward()
@@ -371,16 +322,12 @@ class ERM:
     def epoch_stats(self, loss_task: float, penalty: float, time_s: float) -> EpochStats:
         return EpochStats(self.epoch, loss_task, penalty, time_s)
 
-    # -- evaluation -----------------------------------------------------------------------
     def modules(self) -> dict[str, nn.Module]:
-        """Every trained module by name (train/eval mode, checkpoints)."""
         return {"g": self.g, "f": self.f}
 
     @torch.no_grad()
     def outputs(self, split: Split, rows: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(z, logits) for a whole split (or its `rows`), in eval mode, in chunks of
-        eval_batch_size."""
         self.g.eval()
         self.f.eval()
         z = torch.cat([self._features(x) for x, _, _ in
@@ -388,13 +335,10 @@ class ERM:
         return z, self.f(z)
 
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
-        """MI of training z with their c by the method's own estimator; NaN when it has none
-        (`mi_eval`, measured by the trainable for every method, is the common measure)."""
+        """MI by the method's own estimator; NaN when it has none."""
         return math.nan
 
     def train_eval_set(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(z, y, c) of the training rows evaluate() measures (`train_eval_rows`), at the
-        current weights: those of the last evaluate() when nothing trained since."""
         if self.last_train is None:
             z, _ = self.outputs(self.bench.train, self.eval_rows)
             y, c = _rows(self.bench.train.y, self.eval_rows), _rows(
@@ -404,8 +348,6 @@ class ERM:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """train_acc and mi (`train_mi`) on the training rows of `train_eval_rows`, one
-        accuracy per evaluation split (whole) and the benchmark's extra metrics."""
         rows = self.eval_rows
         z, logits = self.outputs(self.bench.train, rows)
         y, c = _rows(self.bench.train.y, rows), _rows(self.bench.train.c, rows)
@@ -426,8 +368,7 @@ class ERM:
 
     @contextlib.contextmanager
     def at_weights(self, g: dict, f: dict) -> Iterator[None]:
-        """g and f at other weights (a kept epoch's) for the duration, then back as they
-        were; evaluation caches are dropped on the way in and restored on the way out."""
+        """g and f at other weights for the duration, then back as they were."""
         saved = copy.deepcopy((self.g.state_dict(), self.f.state_dict()))
         last = self.last_train
         self.g.load_state_dict(g)
@@ -449,12 +390,10 @@ class ERM:
 
     def balanced_train_set(self, group_rows: int = 0, seed: int = 0
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(z, y, c, group-balanced weights) of the training rows, at the current weights:
-        what `mi_eval_weights groups` estimates on. Every row, not `train_eval_rows`' subset:
-        where the bias is strong the rows of the rare groups carry the balanced measure
-        (Biased MNIST at rho .997: 180 of 60,000), and a subset would keep a sixth of them.
-        With `group_rows`, at most that many rows of each group (`capped_group_rows`, drawn
-        by `seed`): every rare row, a sample of the large groups."""
+        """(z, y, c, group-balanced weights) of every training row, not `train_eval_rows`'
+        subset: the rare groups carry the balanced measure (Biased MNIST at rho .997: 180 of
+        60,000) and a subset would keep a sixth of them. With `group_rows`, at most that
+        many rows of each group."""
         groups, count = self.bench.train_groups()
         if group_rows <= 0:
             z = self.train_features()
@@ -467,19 +406,15 @@ class ERM:
             self.device)
 
     def train_features(self) -> torch.Tensor:
-        """z of every training row, in order."""
         return self.outputs(self.bench.train)[0]
 
-    # -- checkpointing --------------------------------------------------------------------
     def extra_state(self) -> dict:
-        """The method's own modules and optimisers (beyond g, f and their Adam)."""
         return {}
 
     def load_extra_state(self, state: dict) -> None:
         pass
 
     def state_dict(self) -> dict:
-        """A snapshot (deep copy): later training does not change it."""
         return copy.deepcopy({
             "method": self.name, "epoch": self.epoch, "seed": self.seed,
             "g": self.g.state_dict(),
@@ -489,9 +424,7 @@ class ERM:
             "cfg": asdict(self.cfg), **self.extra_state()})
 
     def warm_start(self, state: dict) -> None:
-        """g and f, their BN statistics and their optimiser's state (momentum, Adam's
-        moments) from another trial's checkpoint (a baseline's, `warm_start`); the lr, the
-        epoch count, the generators and the method's own modules stay this trial's."""
+        """g, f and their optimiser's state from another trial's checkpoint; the rest stays."""
         self.g.load_state_dict(state["g"])
         self.f.load_state_dict(state["f"])
         self.model_opt.load_state_dict(state["model_opt"])
@@ -500,9 +433,7 @@ class ERM:
             group.pop("base_lr", None)  # the schedule records this trial's on its first step
 
     def load_state_dict(self, state: dict) -> list[str]:
-        """Restore a checkpoint written on any device (its tensors may be on any device:
-        modules and optimisers copy them onto this method's). Returns notes on what could not
-        be taken over as it was (generator states of another kind of device, re-seeded)."""
+        """Restore a checkpoint written on any device; returns notes on what was re-seeded."""
         self.g.load_state_dict(state["g"])
         self.f.load_state_dict(state["f"])
         self.model_opt.load_state_dict(state["model_opt"])
@@ -538,8 +469,7 @@ class ERM:
 
 
 class BiasHead(nn.Module):
-    """h(z): logits of the bias attribute's classes, one group per head (Colored MNIST: 3
-    colour channels x 8 bins; German: young or not; IMDB: 21 age bins)."""
+    """h(z): logits of the bias attribute's classes, one group per head."""
 
     def __init__(self, z_dim: int, classes: tuple[int, ...], hidden: int = 64):
         super().__init__()
@@ -556,15 +486,13 @@ class BiasHead(nn.Module):
 
 
 def bias_cross_entropy(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
-    """Mean over heads of the cross-entropy of each head with its column of `targets`."""
     return torch.stack([F.cross_entropy(lg, targets[:, i])
                         for i, lg in enumerate(logits)]).mean()
 
 
 def train_eval_rows(n_train: int, rows: int, seed: int, device: torch.device
                     ) -> torch.Tensor | None:
-    """`rows` training rows (sorted) drawn from `seed` by a CPU generator of their own, or
-    None (every row) when `rows` is 0 or covers the whole set."""
+    """`rows` sorted training rows drawn from `seed`, or None (every row)."""
     if rows == 0 or rows >= n_train:
         return None
     gen = torch.Generator().manual_seed(seed + EVAL_ROWS_SEED_OFFSET)
@@ -573,9 +501,8 @@ def train_eval_rows(n_train: int, rows: int, seed: int, device: torch.device
 
 def worst_group(split: str, pred: torch.Tensor, y: torch.Tensor, groups: torch.Tensor,
                 count: int) -> dict[str, float]:
-    """The split's worst-group accuracy (over the groups present in it); for the validation
-    split also how many groups are present and the smallest one's rows (a worst group of a
-    few rows is a noisy pick)."""
+    """The worst present group's accuracy; on the validation split also the groups present
+    and the smallest one's rows (a worst group of a few rows is a noisy pick)."""
     accs, sizes = group_accuracies(pred, y, groups, count)
     present = sizes > 0
     out = {worst_group_name(split): float(accs[present].min())}
@@ -585,8 +512,7 @@ def worst_group(split: str, pred: torch.Tensor, y: torch.Tensor, groups: torch.T
 
 
 def _cpu_bytes(state: torch.Tensor) -> torch.Tensor | None:
-    """An RNG state as the CPU byte tensor set_state takes; None when its bytes cannot be
-    read here (a tensor of a device this machine lacks)."""
+    """An RNG state as the CPU byte tensor set_state takes; None when unreadable here."""
     try:
         return state.to("cpu", torch.uint8)
     except (RuntimeError, NotImplementedError):
@@ -606,15 +532,13 @@ def _mean_t(values: list[torch.Tensor]) -> float:
 
 
 def bf16_autocast(device: torch.device) -> torch.autocast:
-    """`amp`'s context: bf16 autocast without its weight cache. The cache keeps a weight's
-    bf16 copy for the rest of the context; a CUDA graph captured inside one would replay a
-    copy made at capture, blind to every later step of the weight. Each forward opens its own
-    context, so the cache saved nothing: the numbers are the same without it."""
+    """bf16 autocast without its weight cache: a CUDA graph captured inside would replay the
+    bf16 copy made at capture, blind to later steps (each forward opens its own context, so
+    the cache saved nothing)."""
     return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 def _channels_last(bench: Benchmark) -> Benchmark:
-    """The benchmark with 4-d tensor inputs converted to channels-last once (a copy)."""
     def convert(split: Split) -> Split:
         if not isinstance(split, TensorSplit) or split.x.dim() != 4:
             return split

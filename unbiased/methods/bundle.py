@@ -1,21 +1,10 @@
-"""Trial bundles: several mi_backprop points trained as one, vectorised over a member axis.
+"""Trial bundles: several mi_backprop points trained as one (HFTA, arXiv 2102.02344).
 
-A bundle holds B members (each a whole `MIBackprop`: its benchmark, seed, generators,
-modules and optimisers) and trains them together: every weight, Adam moment and step count is
-stacked along a leading member axis, g, f and T run once per call for all members
-(torch.func.functional_call under vmap), and one backward gives every member's gradients
-(members share no weights, so the gradient of the sum is each member's own). The outer step
-is mi_backprop's with `inner_z = "batch"` (every digits preset): the K critic steps on the
-batch's z, then theta and psi.
-
-What differs between members is data: lam, lr, mi_lr and mine_lr (vectors), the seed (its own
-data order, init, shuffles), the benchmark's data points (sigma): the shapes must agree.
-lam = 0 is a member whose MI step is always masked, as mi_guard masks a guarded batch; a
-member's draws (data order, shuffles) come from its own generators, in a single run's order,
-so each member follows the run it would have alone up to float rounding of the vectorised
-kernels (tests/test_bundle.py). `sync_members()` writes the stacked state back into the
-members, whose `state_dict`, `evaluate` and MI estimates then serve as a single trial's
-(HFTA, arXiv 2102.02344).
+Every weight, Adam moment and step count is stacked along a leading member axis; g, f and T
+run once for all members under vmap, and one backward gives every member's gradients (they
+share no weights). lam = 0 is a member whose MI step is always masked. A member's draws come
+from its own generators in a single run's order, so it follows its run alone up to float
+rounding. `sync_members()` writes the stacked state back into the members.
 """
 
 from __future__ import annotations
@@ -34,20 +23,16 @@ from unbiased.graphs import GraphedStep
 from unbiased.methods.base import EpochStats
 from unbiased.methods.mi_backprop import MIBackprop, mi_backprop_graph_obstacles
 
-# Config fields members may differ in (each becomes a vector over members); every other
-# field must be equal. `epochs` and `lr_schedule` are shared: one schedule for all.
+# Config fields members may differ in; every other field must be equal.
 PER_MEMBER_FIELDS: tuple[str, ...] = ("lam", "lr", "mi_lr", "mine_lr")
-# Where the critic's shuffles come from. "exact": each member's own generator, in a single
-# run's order (B x (K + 1) draws an outer step): a member follows its run alone. "batched":
-# the K + 1 shuffles of every member in one draw (random 62-bit keys sorted) from a bundle
-# generator seeded from the members' seeds and the epoch: one kernel instead of B x (K + 1),
-# what a GPU needs; the shuffles then differ from the runs alone.
+# The critic's shuffles. "exact": each member's own generator, as its run alone (B x (K + 1)
+# draws an outer step). "batched": every member's in one draw from a bundle generator, one
+# kernel instead of B x (K + 1), what a GPU needs; the shuffles then differ from the runs.
 DRAWS: tuple[str, ...] = ("exact", "batched")
 BATCHED_SEED_OFFSET = 4_000_037
 
 
 def bundle_problems(members: list[MIBackprop]) -> list[str]:
-    """Why these members cannot train as one bundle (empty when they can)."""
     if not members:
         return ["a bundle needs at least one member"]
     problems = []
@@ -87,8 +72,7 @@ def bundle_problems(members: list[MIBackprop]) -> list[str]:
 
 
 class AdamState:
-    """Adam's moments and step counts for stacked parameters (torch's formula, as its fused
-    kernel: no weight decay, no amsgrad)."""
+    """Adam for stacked parameters: torch's formula, no weight decay, no amsgrad."""
 
     def __init__(self, params: dict[str, torch.Tensor], betas: tuple[float, float],
                  eps: float) -> None:
@@ -103,11 +87,9 @@ class AdamState:
     def update(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
                lr: torch.Tensor, skip: torch.Tensor | None = None,
                same_lr: float | None = None) -> None:
-        """One step of every member at its own lr ([B]); where `skip` ([B] bool) is true a
-        member's parameters, moments and step count stay as they were. `same_lr`: every
-        member's lr, when they share it and none skips: then torch's fused Adam steps all
-        members' tensors at once (on a CPU or a GPU), one kernel launch instead of a dozen a
-        tensor."""
+        """One step of every member at its own lr ([B]); a member where `skip` is true stays
+        as it was. `same_lr` (shared, none skipping): torch's fused Adam steps all members at
+        once, one kernel launch instead of a dozen a tensor."""
         keys = list(params)
         if skip is None and same_lr is not None and keys and params[keys[0]].device.type in (
                 "cpu", "cuda"):
@@ -143,7 +125,6 @@ class AdamState:
         self.step.copy_(step if skip is None else torch.where(skip, self.step, step))
 
     def load(self, opts: list[torch.optim.Optimizer | None], modules: list[nn.Module]) -> None:
-        """Take over each member's torch Adam state (its moments and step), if it has one."""
         for b, (opt, module) in enumerate(zip(opts, modules, strict=True)):
             if opt is None:
                 continue
@@ -155,7 +136,6 @@ class AdamState:
                     self.step[b] = float(state["step"])
 
     def store(self, opts: list[torch.optim.Optimizer | None], modules: list[nn.Module]) -> None:
-        """Write each member's moments and step into its torch Adam (as a single run's)."""
         for b, (opt, module) in enumerate(zip(opts, modules, strict=True)):
             if opt is None:
                 continue
@@ -175,12 +155,9 @@ AUTOCAST_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 class StackedModule:
     """One module's weights stacked over members, called for all members at once.
 
-    `bf16`: the layers autocast would cast (AUTOCAST_LAYERS) run in bf16, as under `amp` in
-    a run alone. torch.autocast itself does not reach into vmap: its batching rules call the
-    lower ops (a grouped `convolution`, a batched `addmm`), which are not on autocast's lists,
-    and the layers stay fp32 (tests/test_bundle.py). So the casts are explicit: those layers'
-    inputs by a pre-hook, their weights and biases before the call (differentiable: the
-    gradients reach the fp32 weights in fp32, as autocast's do)."""
+    `bf16`: the casts are explicit because torch.autocast does not reach into vmap (its
+    batching rules call lower ops not on autocast's lists): inputs by a pre-hook, weights
+    before the call, differentiably, as autocast's are."""
 
     def __init__(self, modules: list[nn.Module], bf16: bool = False) -> None:
         self.modules = modules
@@ -210,7 +187,6 @@ class StackedModule:
 
     @torch.no_grad()
     def store(self) -> None:
-        """Each member's slice back into its own module."""
         for b, module in enumerate(self.modules):
             for key, p in module.named_parameters():
                 p.copy_(self.params[key][b])
@@ -219,8 +195,6 @@ class StackedModule:
 
 
 class MIBackpropBundle:
-    """B mi_backprop members trained as one (module docstring)."""
-
     def __init__(self, members: list[MIBackprop], draws: str = "exact") -> None:
         problems = bundle_problems(members)
         if draws not in DRAWS:
@@ -268,8 +242,7 @@ class MIBackpropBundle:
         self._any_frozen = False
         self._batched_gen = torch.Generator(device=self.device)
         self._seed_batched_draws()
-        # --cuda-graphs: the whole step captured (unbiased/graphs.py); the schedule's factor is
-        # 1 (a schedule is an obstacle).
+        # The schedule's factor is 1: a schedule is an obstacle to graphs.
         self.step_graph: GraphedStep | None = None
         if self.cfg.cuda_graphs:
             obstacles = mi_backprop_graph_obstacles(self.cfg, self.device)
@@ -282,8 +255,7 @@ class MIBackpropBundle:
                     [self._batched_gen, *(m.method_gen for m in members)])
 
     def freeze(self, member: int) -> None:
-        """Stop training one member: every later step of its weights, moments and counts is
-        masked (its state stays as it was when frozen)."""
+        """Every later step of the member is masked."""
         self.frozen[member] = True
         self._any_frozen = True
         if self.step_graph is not None:
@@ -291,8 +263,7 @@ class MIBackpropBundle:
 
     def _fused_or_masked(self, same_lr: float | None
                          ) -> tuple[torch.Tensor | None, float | None]:
-        """AdamState.update's (skip, same_lr): fused while no member is frozen (known on the
-        host: no sync), else masked member by member."""
+        """AdamState.update's (skip, same_lr): fused while no member is frozen."""
         return (self.frozen, None) if self._any_frozen else (None, same_lr)
 
     @property
@@ -308,11 +279,7 @@ class MIBackpropBundle:
         if self.mi_adam is not None:
             self.mi_adam.load([m.mi_opt for m in self.members], [m.g for m in self.members])
 
-    # -- one outer step -------------------------------------------------------------------
     def _shuffled(self, c: torch.Tensor) -> torch.Tensor:
-        """c ([B, n, c_dim]) with each member's rows permuted: by its own method generator in
-        the order a single run draws them ("exact"), or the next of this step's batched
-        shuffles."""
         n = c.shape[1]
         if self.draws == "batched":
             perms = self._perms[self._drawn]
@@ -324,7 +291,6 @@ class MIBackpropBundle:
         return torch.gather(c, 1, perms.unsqueeze(2).expand(-1, -1, c.shape[2]))
 
     def _draw_step(self, n: int) -> None:
-        """"batched": the K + 1 shuffles of every member for one outer step, one draw."""
         if self.draws != "batched":
             return
         keys = torch.randint(0, 1 << 62, (self.cfg.K + 1, len(self.members), n),
@@ -333,8 +299,7 @@ class MIBackpropBundle:
         self._drawn = 0
 
     def _seed_batched_draws(self) -> None:
-        """The bundle generator of "batched" draws, seeded per epoch from the members' seeds:
-        a bundle resumed at an epoch's start draws what it would have drawn."""
+        """Seeded per epoch, so a bundle resumed at an epoch's start draws the same."""
         seed = BATCHED_SEED_OFFSET + 104_729 * self.epoch
         for m in self.members:
             seed = (seed * 1_000_003 + m.seed) % (1 << 62)
@@ -367,10 +332,8 @@ class MIBackpropBundle:
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, factor: float
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One outer step of every member on its batch (x [n, B, ...], y [B, n], c [B, n, d])
-        at lr x `factor` (the schedule's). Returns each member's task loss and MI estimate.
-        x has the member axis second: vmap turns a convolution of B members into one
-        grouped convolution of [n, B x channels] images, a free reshape in that layout
+        """One outer step of every member (x [n, B, ...], y [B, n], c [B, n, d]). x has the
+        member axis second: vmap's grouped convolution is then a free reshape
         (bench/RESULTS.md, "Trial bundles")."""
         self._draw_step(y.shape[1])
         z = self.g(x, member_dim=1)
@@ -400,26 +363,21 @@ class MIBackpropBundle:
             mi_theta = {k: _rescaled(task_theta[k], g) for k, g in mi_theta.items()}
         lr = self.lr * factor
         fused = self._fused_or_masked(None if self._lr is None else self._lr * factor)
+        theta_grads = task_theta
         if self.mi_adam is None:  # "joint": one Adam step on the sum
-            combined = {}
+            theta_grads = {}
             for k, gt in task_theta.items():
                 shape = (-1,) + (1,) * (gt.dim() - 1)
                 summed = gt + self.lam.float().view(shape) * mi_theta[k]
-                combined[k] = torch.where(skip.view(shape), gt, summed)
-            self.model_adam.update({**_prefixed("g.", theta), **_prefixed("f.", psi)},
-                                   {**_prefixed("g.", combined), **_prefixed("f.", task_psi)},
-                                   lr, *fused)
-        else:
-            self.model_adam.update({**_prefixed("g.", theta), **_prefixed("f.", psi)},
-                                   {**_prefixed("g.", task_theta),
-                                    **_prefixed("f.", task_psi)}, lr, *fused)
+                theta_grads[k] = torch.where(skip.view(shape), gt, summed)
+        self.model_adam.update({**_prefixed("g.", theta), **_prefixed("f.", psi)},
+                               {**_prefixed("g.", theta_grads), **_prefixed("f.", task_psi)},
+                               lr, *fused)
+        if self.mi_adam is not None:
             self.mi_adam.update(theta, mi_theta, self.mi_lr * factor, skip)
         return loss_task.detach(), mi.detach()
 
-    # -- an epoch -------------------------------------------------------------------------
     def run_epoch(self) -> list[EpochStats]:
-        """One epoch of every member; each member's weights and optimiser states are then its
-        own again (`sync_members`)."""
         start = time.perf_counter()
         first = self.members[0]
         for m in self.members:
@@ -466,14 +424,11 @@ class MIBackpropBundle:
         return stats
 
     def graphed(self) -> bool | None:
-        """As MIBackprop.graphed, for the whole bundle."""
         if not self.cfg.cuda_graphs:
             return None
         return self.step_graph is not None and self.step_graph.in_use("bundle")
 
     def sync_members(self) -> None:
-        """Each member's weights, MINE average and optimiser states from the bundle, so its
-        state_dict, evaluate() and estimates are a single run's."""
         self.g.store()
         self.f.store()
         self.T.store()
@@ -510,8 +465,7 @@ def _prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.
 
 
 def _rescaled(g_task: torch.Tensor, g_mi: torch.Tensor) -> torch.Tensor:
-    """Each member's slice of g_mi scaled to norm min(|g_task|, |g_mi|) (mi_backprop's
-    rescaled_mi_grads, per member)."""
+    """mi_backprop's rescaled_mi_grads, per member."""
     mi_norm = g_mi.flatten(1).norm(dim=1)
     scale = torch.minimum(g_task.flatten(1).norm(dim=1), mi_norm) / (mi_norm + 1e-12)
     return g_mi * scale.view((-1,) + (1,) * (g_mi.dim() - 1))

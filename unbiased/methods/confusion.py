@@ -1,10 +1,8 @@
 """confusion: Alvi et al. (ECCV Workshops 2018), "Turning a Blind Eye".
 
-Alternating per mini-batch: (1) a bias head h is trained on the cross-entropy of h(z) with
-the bias classes c, z detached; (2) g and f take one step on
-L_task + lam * CE(h(z), uniform), the cross-entropy between the (fixed) head's prediction and
-the uniform distribution over the bias classes, minimal when h cannot tell the classes apart.
-lam weighs that confusion loss against the task loss; at lam = 0 g and f are plain ERM.
+Alternating per mini-batch: (1) a bias head h is trained on CE(h(z), c), z detached; (2) g
+and f take one step on L_task + lam * CE(h(z), uniform), minimal when h cannot tell the bias
+classes apart.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """grad_reversal: an adversarial bias head through a gradient reversal layer (Ganin &
 Lempitsky, ICML 2015; the spirit of Kim et al., CVPR 2019, "Learning Not to Learn").
 
-A head h on z predicts the bias classes c and is trained on its cross-entropy; the same
-backward pass sends that cross-entropy's gradient to g reversed and scaled by lam. So g
-descends L_task - lam * CE(h(z), c): lam weighs how much g works to make the bias
-unpredictable from z against the task loss. At lam = 0 g and f are trained by plain ERM (the
-head still learns, on detached z).
+A head h on z is trained on its bias cross-entropy; the same backward sends it to g reversed
+and scaled by lam, so g descends L_task - lam * CE(h(z), c).
 """
 
 from __future__ import annotations
@@ -25,8 +22,6 @@ from unbiased.settings import setting
 
 @dataclass
 class BiasHeadConfig(TrainConfig):
-    """A bias head h(z) -> bias class logits."""
-
     reads_map_z: ClassVar[bool] = False
 
     head_hidden: int = setting(
@@ -48,13 +43,10 @@ class _Reverse(torch.autograd.Function):
 
 
 def reverse_gradient(z: torch.Tensor, scale: float) -> torch.Tensor:
-    """Identity forward; backward multiplies the gradient by -scale."""
     return _Reverse.apply(z, scale)
 
 
 class HeadMethod(ERM):
-    """ERM plus a bias head with its own Adam (grad_reversal, confusion)."""
-
     cfg: BiasHeadConfig
 
     def __init__(self, bench: Benchmark, cfg: BiasHeadConfig, seed: int,
@@ -75,7 +67,6 @@ class HeadMethod(ERM):
         return bias_targets(c, self.bench.bias_classes)
 
     def head_step(self, z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        """One Adam step of the head on the bias cross-entropy of h(z); returns it."""
         loss = bias_cross_entropy(self.head(z), self.targets(c))
         self.head_opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,28 +1,14 @@
 """group_dro: Group DRO's online algorithm (Sagawa et al., ICLR 2020) over the benchmark's
 groups (`Benchmark.train_groups`).
 
-Weights q over the groups present in the training set (uniform at the start; a group with no
-training row keeps weight 0, and each epoch reports how many there are, `empty_groups`). At
-each mini-batch, with l_g the mean loss of group g's rows in it (0 for a group with none):
-q_g <- q_g exp(eta (l_g + C / sqrt(n_g))), q normalised, and the robust loss is
-sum_g q_g l_g (q moves first, as in their loss.py; C is their generalisation adjustment,
-`--dro-adjustment`, 0 by default, and n_g the group's training rows).
+Weights q over the groups present in the training set, uniform at the start. At each
+mini-batch, with l_g the mean loss of group g's rows in it: q_g <- q_g exp(eta (l_g + C /
+sqrt(n_g))), q normalised, and the robust loss is sum_g q_g l_g (q moves first, as in their
+loss.py).
 
-`--dro-loss robust` (the default, the published method): g and f minimise the robust loss
-alone. lam > 0 switches it on; its value is not used (Adam's step does not depend on the
-loss's scale), so a sweep runs group_dro at one lam > 0 and varies eta (`--dro-step`), C and
-`--weight-decay` (Sagawa et al.'s central finding: Group DRO needs strong L2 or early
-stopping). Its batches (`--sampler method`, the default) are drawn group by group: the
-present groups in a fresh random order, cycled, a row uniform within its group, so every
-group is in every step when the batch is at least the number of groups (DomainBed's
-per-group mini-batches; Sagawa et al.'s runs sample groups uniformly too); `--sampler
-uniform` gives it ERM's shuffles. `--dro-loss penalty` is this project's earlier variant:
-L_task + lam sum_g q_g l_g on uniformly shuffled batches (bench/results: the first group
-rows).
-
-lam 0 is ERM's own step on ERM's batches (q stays uniform). Each epoch reports the largest
-q (`dro_q_max`) and q's entropy in nats (`dro_q_entropy`; log of the present groups when
-uniform). q is in the method's state: a restored trial continues exactly.
+`--dro-loss robust` (the published method): g and f minimise the robust loss alone. lam > 0
+only switches it on (Adam's step does not depend on the loss's scale), so a sweep varies
+eta, C and `--weight-decay` (Sagawa et al.: Group DRO needs strong L2 or early stopping).
 """
 
 from __future__ import annotations
@@ -57,8 +43,7 @@ class GroupDROConfig(TrainConfig):
 
 def robust_loss(q: torch.Tensor, losses: torch.Tensor, groups: torch.Tensor,
                 step: float, adjustment: torch.Tensor | None = None) -> torch.Tensor:
-    """One online Group DRO step: q (the groups' weights, updated in place) moved by the
-    batch's per-group mean losses (plus `adjustment`, per group); returns sum_g q_g l_g."""
+    """One online Group DRO step: q moved in place; returns sum_g q_g l_g."""
     sums = torch.zeros_like(q).index_add(0, groups, losses)
     counts = torch.zeros_like(q).index_add(0, groups, torch.ones_like(losses))
     means = sums / counts.clamp_min(1.0)

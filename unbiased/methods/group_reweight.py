@@ -1,17 +1,11 @@
 """group_reweight: each training example weighted by its (y, c) group's inverse frequency,
 raised to the power lam (the group-robustness benchmarks' "ReWeight", as a loss weight).
 
-The groups are the benchmark's own (`Benchmark.train_groups`: y x each combination of its
-bias classes, or the benchmark's grouping), counted once on the whole training set. A batch's
-loss is the weighted mean sum_i w_i l_i / sum_i w_i with w_i = (N / N_g(i))^lam: lam 0 is
-ERM (its own step, exactly), lam 1 gives every group present in the training set the same
-total weight. A group with no training row weighs nothing; how many there are is every
-epoch's `empty_groups`.
+A batch's loss is sum_i w_i l_i / sum_i w_i with w_i = (N / N_g(i))^lam, the groups counted
+once on the whole training set: lam 1 gives every present group the same total weight.
 
-On Biased MNIST the groups are (digit, background colour): the few bias-conflicting images
-are weighed up. On Colored MNIST every image carries its class's colour plus noise, so the
-groups are (digit, RGB-bin cell) and a class's rare cells hold its images whose noise moved
-the colour furthest from the class's: those are what lam > 0 weighs up.
+On Colored MNIST the groups are (digit, RGB-bin cell): a class's rare cells hold its images
+whose noise moved the colour furthest from the class's.
 """
 
 from __future__ import annotations
@@ -25,10 +19,7 @@ from unbiased.search import LogUniform
 
 
 class GroupMethod(ERM):
-    """ERM with every training row's group (`group_of_row`, on the device; the benchmark's
-    `train_groups`) and the training set's group sizes (`group_sizes`); each epoch reports
-    `empty_groups` and `worst_group_loss`: the largest mean training loss of a group, over
-    the training rows evaluate() measures."""
+    """ERM with every training row's group; reports empty_groups, worst_group_loss."""
 
     def __init__(self, bench: Benchmark, cfg: TrainConfig, seed: int,
                  device: torch.device | str = "cpu"):

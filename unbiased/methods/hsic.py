@@ -2,16 +2,12 @@
 ReBias, Bahng et al., ICML 2020, uses HSIC).
 
 HSIC is the biased estimator tr(K H L H) / (n - 1)^2 with a Gaussian kernel on z (bandwidth:
-the median pairwise distance of the batch, or `hsic_bandwidth`) and a linear kernel on c.
-It is 0 when z and c are independent (for characteristic kernels on z); lam weighs it against
-the task loss. At lam = 0 g and f are plain ERM (HSIC is still measured, without gradient).
+the batch's median pairwise distance, or `hsic_bandwidth`) and a linear kernel on c.
 
-The median bandwidth is part of the graph, so the kernel is scale-free and so is the penalty's
-gradient. With the median detached, each step pushed all of z together (a narrower batch
-looks more independent under a width that does not follow it), the next batch's median
-rescaled, and at lam >= 1 z shrank to a point within one epoch: median pairwise distance
-18 -> 0.0004, training at chance (quick preset, sigma 0.03; docs/MEASURED.md). A fixed
-`hsic_bandwidth` avoids that, but z then grows until the kernel is nearly diagonal.
+The median bandwidth is part of the graph, so the penalty is scale-free. With the median
+detached, at lam >= 1 z shrank to a point within one epoch: median pairwise distance 18 ->
+0.0004, training at chance (docs/MEASURED.md). A fixed `hsic_bandwidth` avoids that, but z
+then grows until the kernel is nearly diagonal.
 """
 
 from __future__ import annotations

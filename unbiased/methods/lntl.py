@@ -1,37 +1,19 @@
 """lntl: Kim et al. (CVPR 2019), "Learning Not to Learn", as their code trains it
 (feidfoe/learning-not-to-learn, `trainer.py`, `_train_step`).
 
-One bias head per bias group (Colored MNIST: one per RGB channel, 8 classes each; our 24-d c
-is read as three 8-way targets) predicts the bias from z. Per mini-batch, two updates:
-1. g and f descend L_task + lam * (mean over heads of the batch-mean negative entropy
-   sum_k p_k log p_k of the head's softmax): g makes the heads *uncertain*, not wrong. The
-   heads do not move in this step.
+Bias heads (Colored MNIST: one per RGB channel) predict the bias from z. Per mini-batch:
+1. g and f descend L_task + lam * (the heads' mean negative entropy): g makes the heads
+   *uncertain*, not wrong. The heads do not move in this step.
 2. A second forward of the same batch: the heads descend their summed bias cross-entropy,
-   and its gradient reaches g through a gradient reversal scaled by mu (g then works against
-   what the heads can predict).
-The heads read z (`lntl_heads z`: one small MLP per bias group, the bias from c), or, as
-Kim et al.'s, a feature-map z (`lntl_heads map`, with a model whose z is a map such as
-kim_convnet): per pixel of the map, each head predicts its input channel's value bin there
-(models.py:47-65, data_loader.py:44-52 of their code). Both kinds go through the same two
-steps and losses: a head's entropy and cross-entropy are means over its predictions, per
-image or per pixel, and pixels Kim ignores (black in that channel) are left out.
-
-At lam = 0 the method is off whatever mu (as every method here at lam = 0, so the sweeps' one
-ERM trial per (sigma, seed) is the same under any method): g and f take plain ERM steps and
-the heads still learn, on detached z. mu = 0 with lam > 0 keeps the entropy term alone.
+   whose gradient reaches g through a gradient reversal scaled by mu.
+`lntl_heads map` is Kim et al.'s: per pixel of a feature-map z, each head predicts its input
+channel's value bin there (models.py:47-65, data_loader.py:44-52 of their code).
 
 Where we differ from their code, and why:
-- Optimiser: by default Adam at the shared lr for g and f, and at head_lr (default lr) for
-  the heads, as every method here, for a like-for-like comparison; theirs is SGD (lr 0.01,
-  momentum 0.9, weight decay 5e-4) with a step decay, which `--optimizer sgd` and the `kim`
-  preset run.
-- By default the heads read z (the representation every method here debiases), not the
-  conv feature map of their network; each is the same small MLP as the other methods' bias
-  head (`head_hidden` units, 0 = linear). `lntl_heads map` takes theirs. Their lambda (0.01)
-  and reversal scale (0.1) are constants in the code; here they are `lam` and `mu`.
-- Their three map heads are one module (a conv to 3 x 32 channels, BatchNorm, ReLU, a
-  grouped conv to 3 x 8): BN is per channel and each group sees its own head's channels
-  only, so it computes exactly their three heads.
+- By default Adam and heads on z, as every method here, for a like-for-like comparison;
+  `--optimizer sgd`, `lntl_heads map` and the `kim` preset run theirs.
+- Their three map heads are one module (grouped conv): BN is per channel and each group
+  sees its own head's channels only, so it computes exactly their three heads.
 - Without a reversal (lam = 0 or mu = 0) step 2 trains the heads on step 1's z, detached,
   with no second forward: a zero-gradient Adam step would still move g.
 """
@@ -52,12 +34,8 @@ from unbiased.models import map_channels, uint8_levels
 from unbiased.search import LogUniform
 from unbiased.settings import setting
 
-# Kim et al.'s reversal scale (trainer.py's GradReverse); their entropy weight, 0.01, is our
-# `lam` and comes from the sweep's lambda grid like every method's.
+# Kim et al.'s reversal scale (trainer.py's GradReverse).
 KIM_MU = 0.1
-
-
-# What lntl's bias heads read: z (a vector), or each pixel of a feature-map z.
 LNTL_HEADS: tuple[str, ...] = ("z", "map")
 # A pixel whose target is this is left out of the heads' losses (F.cross_entropy's default).
 IGNORED = -100
@@ -65,9 +43,6 @@ IGNORED = -100
 
 @dataclass
 class LNTLConfig(BiasHeadConfig):
-    """`lam` weighs the heads' negative entropy in g's loss; `mu` scales the reversed bias
-    cross-entropy that reaches g from the heads' own update (only when lam > 0)."""
-
     reads_map_z: ClassVar[bool] = True
 
     mu: float = setting(
@@ -91,9 +66,7 @@ class LNTLConfig(BiasHeadConfig):
 
 
 class PixelHeads(nn.Module):
-    """Kim et al.'s colour heads (one `Predictor` per input channel: conv 3x3 -> BatchNorm ->
-    ReLU -> conv 3x3 to the bins) as one module; forward: the (N, bins, H, W) logits of
-    each head, a list."""
+    """Kim et al.'s colour heads (one `Predictor` per input channel) as one module."""
 
     def __init__(self, in_channels: int, heads: int, classes: int):
         super().__init__()
@@ -108,25 +81,21 @@ class PixelHeads(nn.Module):
 
 
 def pixel_targets(x: torch.Tensor, bins: int, size: tuple[int, int]) -> torch.Tensor:
-    """(N, C, H, W) images in [0, 1] -> (N, C, *size) int64 targets, as Kim et al.'s
-    data_loader.py:44-52 makes them: the uint8 image resized with PIL's NEAREST (torch's
-    "nearest-exact": for 28 -> 14 the odd rows and columns), each channel's value v ->
-    v // (256 / bins), and IGNORED where v is 0 (the black background, per channel)."""
+    """Targets as Kim et al.'s data_loader.py:44-52 makes them: PIL's NEAREST resize is
+    torch's "nearest-exact"; IGNORED where the channel is 0 (black background)."""
     small = F.interpolate(uint8_levels(x.float()), size=tuple(size), mode="nearest-exact")
     binned = torch.div(small, 256 // bins, rounding_mode="floor").long()
     return binned.masked_fill_(small == 0, IGNORED)
 
 
 def negative_entropy(logits: list[torch.Tensor]) -> torch.Tensor:
-    """Mean over heads of the mean over the batch (its images, or every pixel of them) of
-    sum_k p_k log p_k (its minimum, -log #classes, is a uniform prediction)."""
+    """Mean over heads and predictions of sum_k p_k log p_k."""
     return torch.stack([(F.softmax(lg, dim=1) * F.log_softmax(lg, dim=1)).sum(1).mean()
                         for lg in logits]).mean()
 
 
 class LNTL(ERM):
-    """penalty: the heads' mean negative entropy on the batch (lower = z tells the heads
-    less; -log 8 = -2.079 on Colored MNIST is a uniform prediction)."""
+    """penalty: the heads' mean negative entropy (-log 8 = -2.079: uniform)."""
 
     name = "lntl"
     search = {"lam": LogUniform(1e-3, 1.0)}  # the entropy term's scale: Kim et al.'s 0.01
@@ -157,13 +126,11 @@ class LNTL(ERM):
         return [self.head_opt]
 
     def head_logits(self, z: torch.Tensor) -> list[torch.Tensor]:
-        """Each head's logits: (N, classes), or (N, classes, H, W) per pixel of a map z."""
         if isinstance(self.heads, PixelHeads):
             return self.heads(z)
         return [head(z)[0] for head in self.heads]
 
     def head_targets(self, x: torch.Tensor, c: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """(N, heads) bias classes from c, or (N, heads, H, W) pixel targets from x."""
         if isinstance(self.heads, PixelHeads):
             return pixel_targets(x, self.bench.bias_classes[0], z.shape[-2:])
         return bias_targets(c, self.bench.bias_classes)

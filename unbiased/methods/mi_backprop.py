@@ -1,10 +1,8 @@
 """mi_backprop: Algorithm 1 of the paper (Ragonesi et al., CVPR Workshops 2021).
 
-Per outer step: K gradient-ascent steps on phi (MINE's statistics network T) for
-L_ne = DV bound of I(z; c), then one step of theta (g) on L_task + lam * L_ne and of psi (f)
-on L_task. lam weighs the MI estimate in nats against the task loss. With lam = 0 g and f are
-trained by plain ERM while MINE still trains alongside, so every model's MI is measured the
-same way (the paper's Fig. 3).
+Per outer step: K gradient-ascent steps on phi (MINE's T) for L_ne = DV bound of I(z; c) in
+nats, then one step of theta (g) on L_task + lam * L_ne and of psi (f) on L_task. At lam = 0
+MINE still trains alongside ERM, so every model's MI is measured the same way (Fig. 3).
 """
 
 from __future__ import annotations
@@ -33,22 +31,13 @@ THETA_UPDATES: tuple[str, ...] = ("separate", "joint")
 
 @dataclass
 class MIBackpropConfig(TrainConfig):
-    """Algorithm 1's own hyper-parameters (besides lam, batch_size, lr)."""
-
     reads_map_z: ClassVar[bool] = False
 
     K: int = setting(80, "MINE steps per model step", ge=1, axis=True)
     mine_lr: float = setting(1e-4, "learning rate of the statistics network", gt=0)
     mine_optimizer: str = setting("adam", "optimiser of MINE", choices=MINE_OPTIMIZERS)
-    # Where the K inner steps get z: "fresh" = new mini-batches through g without grad, as
-    # Algorithm 1 states; "batch" = the current batch's z (computed once) with new shuffles;
-    # "bank" = new mini-batches drawn from a bank of z of the whole training set, computed
-    # without grad and recomputed every `bank_refresh` outer steps (and at each epoch start).
     # Theta is fixed during the K steps, so with bank_refresh = 1 "bank" equals "fresh".
-    # "first_k" = the authors' digit_trainer.py: one MINE step on each of the epoch's batches
-    # before its first theta step, then after every theta step K MINE steps on fresh forwards
-    # of the epoch's first K batches (the same rows all epoch, cycled if K exceeds the
-    # epoch's batches). T is thus fitted mostly on rows other than the theta batch it scores.
+    # "first_k" fits T mostly on rows other than the theta batch it scores.
     inner_z: str = setting(
         "fresh", "z of the K inner MINE steps: fresh mini-batches through g (Algorithm 1), "
                  "the current batch's z reused, mini-batches from a bank of training-set z "
@@ -59,57 +48,49 @@ class MIBackpropConfig(TrainConfig):
                  "step)", choices=INNER_Z_MODES)
     bank_refresh: int = setting(
         10, "outer steps between recomputations of the z bank (--inner-z bank)", ge=1)
-    # None: z of the whole training set; N: a pool drawn anew at each refresh, so a refresh
-    # costs N forwards instead of len(train).
+    # A pool drawn anew at each refresh costs N forwards instead of len(train).
     bank_size: int | None = setting(
         None, "z bank of a random pool of this many training rows instead of the whole set "
               "(--inner-z bank)", ge=2)
     # The authors' code does this so the unbounded MI term cannot swamp the task gradient.
     rescale_mi_grad: bool = setting(
         True, "scale theta's MI gradient per tensor to norm min(|g_task|, |g_MI|)")
-    # "separate" (the authors' digit_model.py): the MI gradient's Adam has its own moments, so
-    # the penalty keeps a step size of its own however small its gradient gets. "joint": with
-    # rescaling the MI part can never outgrow the task gradient, which shrinks as the task is
-    # fitted, and on full MNIST the penalty then fades (docs/MEASURED.md).
+    # "separate": the MI gradient's own Adam moments keep the penalty's step size however
+    # small its gradient gets. "joint": the rescaled MI part can never outgrow the task
+    # gradient, which shrinks as the task is fitted.
     theta_update: str = setting(
         "separate", "separate: the task gradient through Adam(lr) and the rescaled MI "
                     "gradient through a second Adam(lr * lam), as the authors' code; joint: "
                     "one Adam step on their sum (fades on full MNIST, docs/MEASURED.md)",
         choices=THETA_UPDATES)
-    # None = lr * lam (the authors'), so the MI step speeds up with the task's lr; a value
-    # decouples the two (a fast task schedule with a gentle penalty).
+    # A value decouples the MI step from the task's lr (a fast schedule, a gentle penalty).
     mi_lr: float | None = setting(
         None, "theta's MI Adam learning rate under --theta-update separate (default: --lr x "
               "lam, the authors')", gt=0)
-    # None or 0 = the plain DV gradient.
     mine_ema_rate: float | None = setting(
         None, "MINE's bias-corrected gradient: moving-average rate of E[exp T] (0 = the plain "
               "DV gradient)", ge=0, le=1)
     mine_hidden: int = setting(64, "hidden units per layer of the statistics network T", ge=1)
     mine_hidden_layers: int = setting(2, "hidden layers of the statistics network T", ge=1)
-    # Ours, not the paper's (docs/MEASURED.md). `mi_guard`: where the DV estimate is below 0,
-    # T is worse than a constant and its gradient says nothing about colour (on full MNIST a
-    # run of such steps let the own estimate run away to -768). The guard masks the MI step
-    # on the device (no host sync).
+    # `mi_guard`: T worse than a constant says nothing about colour (on full MNIST a run of
+    # such steps let the own estimate run away to -768).
     mine_standardize: bool = setting(
         False, "ours: T reads z standardised per dimension by the statistics of the rows it "
                "scores, so rescaling z cannot carry it out of T's reach")
     mi_guard: bool = setting(
         False, "ours: no MI step of theta on a batch whose DV estimate is below 0 (T worse "
                "than a constant); reports guarded_frac each epoch")
-    # The outer step is ~5,000 kernels of a few microseconds each: eager, a GPU waits on
-    # Python and launches (docs/MEASURED.md, "CUDA graphs of the outer step").
-    # Where c is nearly a function of y (Biased MNIST), I(z; c) is nearly I(z; y): the plain
-    # penalty removes the label. Under the group-balanced distribution c is independent of
-    # y, and I(z; c) is the colour z carries alone (docs/METRICS.md, "Balanced MI"). A
-    # weighted estimate on the task's batches would not do: at rho .997 a batch of 128 holds
-    # 0.4 rows of the rare groups, so most batches' weighted bound is the plain one.
+    # Where c is nearly a function of y (Biased MNIST) the plain penalty removes the label;
+    # group-balanced, c is independent of y (docs/METRICS.md, "Balanced MI"). Weighting the
+    # task's batches would not do: at rho .997 a batch of 128 holds 0.4 rare-group rows.
     mi_weights: str = setting(
         "none", "ours: groups = the critic and the penalty read I(z; c) on group-balanced "
                 "batches (every (y, c) group of the benchmark in each, c independent of y) "
                 "drawn beside the task's, and the trial's own mi is weighted so; none = "
                 "the task's batches (--inner-z batch or fresh with groups)",
         choices=MI_WEIGHTS)
+    # The outer step is ~5,000 kernels of a few microseconds each: eager, a GPU waits on
+    # Python (docs/MEASURED.md, "CUDA graphs of the outer step").
     cuda_graphs: bool = setting(
         False, "capture the outer step (K critic steps and the theta/psi step) as a CUDA "
                "graph after 3 eager steps and replay it (GPU, --inner-z batch, constant lr; "
@@ -125,7 +106,6 @@ class MIBackpropConfig(TrainConfig):
 
 
 def mi_backprop_graph_obstacles(cfg: MIBackpropConfig, device: torch.device) -> list[str]:
-    """Why mi_backprop's outer step cannot be captured with these settings on `device`."""
     return graph_obstacles(device, {
         f"--inner-z {cfg.inner_z} draws rows or runs passes of its own (graphs need "
         f"--inner-z batch)": cfg.inner_z != "batch",
@@ -137,9 +117,6 @@ def mi_backprop_graph_obstacles(cfg: MIBackpropConfig, device: torch.device) -> 
 
 
 class MIBackprop(ERM):
-    """g, f and MINE with their optimisers; `state_dict` holds everything needed to resume
-    exactly."""
-
     name = "mi_backprop"
     search = {"lam": LogUniform(0.1, 10.0), "mine_lr": LogUniform(3e-4, 3e-3)}
     Config = MIBackpropConfig
@@ -159,7 +136,6 @@ class MIBackprop(ERM):
             self.mine = MINE(bench.z_dim, bench.c_dim, cfg.mine_hidden,
                              cfg.mine_hidden_layers, cfg.mine_ema_rate or None,
                              cfg.mine_standardize).to(self.device)
-        # "separate": theta's MI gradient gets an Adam of its own (lr * lam), as the authors'.
         self.mi_opt: torch.optim.Optimizer | None = None
         if cfg.theta_update == "separate" and cfg.lam > 0:
             mi_lr = cfg.mi_lr if cfg.mi_lr is not None else cfg.lr * cfg.lam
@@ -172,8 +148,6 @@ class MIBackprop(ERM):
                                             fused=self.fused)
         if cfg.compile:
             self.mine.T.compile()
-        # --mi-weights groups: each training row's weight (balanced_weights) and the
-        # sampler of the critic's and the penalty's group-balanced batches; None: none.
         self.row_weight: torch.Tensor | None = None
         self.sampler: GroupSampler | None = None
         if cfg.mi_weights == "groups":
@@ -210,7 +184,6 @@ class MIBackprop(ERM):
                 for group in opt.param_groups:
                     group["capturable"] = on
 
-    # -- the K inner steps ----------------------------------------------------------------
     def _indices(self, n: int, size: int) -> torch.Tensor:
         # Sampling with replacement: O(size) instead of a permutation of the whole set.
         return torch.randint(n, (size,), generator=self.method_gen,
@@ -230,8 +203,6 @@ class MIBackprop(ERM):
         self._bank_age = 0
 
     def last_inner_rows(self) -> torch.Tensor | None:
-        """Training-set rows of the last inner MINE batch (a test compares its z with a fresh
-        forward of the same rows)."""
         pick = self._inner_pick
         if self.cfg.inner_z == "bank" and pick is not None and self._bank_rows is not None:
             return self._bank_rows[pick]
@@ -239,14 +210,10 @@ class MIBackprop(ERM):
 
     def _inner_batches(self, train: Split, c_batch: torch.Tensor
                        ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The K (z, c) pairs of the inner MINE steps of --inner-z fresh or bank, each drawn
-        just before its step (--inner-z batch: `_batch_step`); `_inner_pick` holds their
-        rows."""
         mode = self.cfg.inner_z
         if mode == "bank" and (self._bank is None or self._bank_age >= self.cfg.bank_refresh):
             self._refresh_bank(train)
         for _ in range(self.cfg.K):
-            # a new mini-batch: from the bank (whole set or pool), or through g without grad
             if mode == "bank":
                 pick = self._indices(len(self._bank), len(c_batch))
                 self._inner_pick = pick
@@ -257,7 +224,6 @@ class MIBackprop(ERM):
             yield self._fresh_z(train, rows)
 
     def _fresh_z(self, train: Split, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(z, c) of `rows` through the current g, without grad."""
         self._inner_pick = rows
         [(x, _, c)] = list(train.batches(len(rows), rows))
         with torch.no_grad():
@@ -275,11 +241,9 @@ class MIBackprop(ERM):
         self.mine_opt.step()
 
     def _fresh_steps(self, train: Split, batches: list[torch.Tensor]) -> None:
-        """One MINE step on each of `batches` (row indices), each through g without grad."""
         for rows in batches:
             self._mine_step(*self._fresh_z(train, rows))
 
-    # -- one outer step -------------------------------------------------------------------
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
         self.theta_steps = 0
         self._guarded.zero_()
@@ -315,9 +279,8 @@ class MIBackprop(ERM):
     def _batch_step(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor,
                     balanced: tuple[torch.Tensor, torch.Tensor] | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The outer step of --inner-z batch: one forward with grad, whose detached z feeds
-        the K MINE steps, and whose graph the theta step reuses (theta does not move during
-        the inner loop). CUDA work alone: `step_graph` captures it."""
+        """--inner-z batch: one forward whose detached z feeds the K MINE steps and whose
+        graph the theta step reuses. CUDA work alone: `step_graph` captures it."""
         z = self._features(x)
         z_mi, c_mi = (z, c) if balanced is None else self._balanced_z(*balanced)
         z_critic = z_mi.detach()
@@ -327,8 +290,7 @@ class MIBackprop(ERM):
 
     def _balanced_z(self, x: torch.Tensor, c: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """z of the group-balanced batch: with grad when the penalty moves theta, without at
-        lam 0 (g and f then take ERM's step alone)."""
+        """With grad only when the penalty moves theta."""
         if self.cfg.lam > 0:
             return self._features(x), c
         with torch.no_grad():
@@ -337,8 +299,7 @@ class MIBackprop(ERM):
     def _model_step(self, y: torch.Tensor, c: torch.Tensor, z: torch.Tensor,
                     balanced: tuple[torch.Tensor, torch.Tensor] | None = None,
                     z_mi: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """theta and psi's step; the MI term reads (z_mi, c) (default: the task's z), or the
-        group-balanced batch (x, c) of `balanced`."""
+        """The MI term reads (z_mi, c) (default: the task's z), or the `balanced` batch."""
         if balanced is not None:
             z_mi, c = self._balanced_z(*balanced)
         z_mi = z if z_mi is None else z_mi
@@ -354,10 +315,7 @@ class MIBackprop(ERM):
             self.model_opt.step()
             return loss_task.detach(), mi
         mi = self.mine.lower_bound(z_mi, c, self.method_gen)
-        # The guard decides on the device: a guarded batch's MI step is computed and then
-        # masked (T worse than a constant, or a NaN estimate), so the host never waits for the
-        # estimate. Masked, a step leaves theta, Adam moments and step counts as a task-only
-        # step would (tests/test_train.py).
+        # The guard decides on the device (computed, then masked): the host never waits.
         skip = ~(mi.detach() >= 0) if self.cfg.mi_guard else None
         if skip is not None:
             self._guarded += skip
@@ -393,7 +351,6 @@ class MIBackprop(ERM):
 
     @property
     def guarded_steps(self) -> int:
-        """Theta steps of this epoch that mi_guard kept task-only (reads the device)."""
         return int(self._guarded)
 
     def epoch_stats(self, loss_task: float, penalty: float, time_s: float) -> EpochStats:
@@ -403,16 +360,12 @@ class MIBackprop(ERM):
                           guarded_frac=guarded, graphed=self.graphed())
 
     def graphed(self) -> bool | None:
-        """With --cuda-graphs: whether the outer steps replay a graph (False: eager, for a
-        reason said once in the log); None without the option."""
+        """None without --cuda-graphs."""
         if not self.cfg.cuda_graphs:
             return None
         return self.step_graph is not None and self.step_graph.in_use("trial")
 
-    # -- evaluation and state -------------------------------------------------------------
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
-        """DV bound with the current T on the training rows evaluate() measures (under
-        --mi-weights, weighted)."""
         weights = None
         if self.row_weight is not None:
             weights = self.row_weight if self.eval_rows is None else self.row_weight[
@@ -435,9 +388,7 @@ class MIBackprop(ERM):
 
 def rescaled_mi_grads(g_task: list[torch.Tensor], g_mi: list[torch.Tensor]
                       ) -> list[torch.Tensor]:
-    """Each g_mi scaled to norm min(|g_task|, |g_mi|), its direction kept (the authors'
-    code), by foreach kernels: a handful of launches for all of theta's tensors instead of
-    several per tensor (on CPU the same values, tensor by tensor)."""
+    """Each g_mi scaled to norm min(|g_task|, |g_mi|) (the authors' code), by foreach kernels."""
     mi_norms = torch._foreach_norm(g_mi)
     scales = torch._foreach_div(torch._foreach_minimum(torch._foreach_norm(g_task), mi_norms),
                                 torch._foreach_add(mi_norms, 1e-12))
@@ -445,10 +396,8 @@ def rescaled_mi_grads(g_task: list[torch.Tensor], g_mi: list[torch.Tensor]
 
 
 def step_unless(opt: torch.optim.Optimizer, skip: torch.Tensor | None) -> None:
-    """opt.step(), except where `skip` (a 0-d bool tensor) is true: then parameters, moments
-    and step counts stay as they were. A fused optimiser (CPU and CUDA) decides on the device
-    by its own found_inf input, as under a GradScaler: no host sync. Any other reads `skip`
-    on the host (one sync)."""
+    """opt.step() unless `skip`. A fused optimiser decides on the device by its found_inf
+    input, as under a GradScaler: no host sync."""
     if skip is None:
         opt.step()
     elif all(group.get("fused") for group in opt.param_groups):

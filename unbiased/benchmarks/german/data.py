@@ -1,22 +1,16 @@
 """German credit (UCI Statlog), the fairness benchmark of the paper's Table 3.
 
-The file: 1000 rows of 20 space-separated attributes plus the class (1 = good, 2 = bad credit),
-column meanings and categorical codes (A11, A34, ...) from the UCI description `german.doc`.
-A copy ships in this package (`shipped/german.data`, CC BY 4.0, Hofmann 1994); `root` points at
-another copy (the file itself or a directory holding `german.data`).
+A copy of the UCI file ships in this package (CC BY 4.0, Hofmann 1994); codes from `german.doc`.
 
 The protocol (Section 5 and the supplementary of the paper, after Moyer et al. 2018):
-- y = 1 for good credit, 0 for bad; the positive class of equality of opportunity is "good".
-- c = (age <= 25) as a (N, 1) float tensor; age (attribute 13) is removed from x, so the model
-  can only learn age through correlated attributes, which is what the MI penalty targets.
-- Categorical attributes are one-hot over the fixed code lists of german.doc (`CATEGORICAL`),
-  so the layout of x never depends on which codes a split happens to contain (A47 and A95
-  never occur in the file but keep their columns). The 6 remaining numeric attributes are
-  standardised with the mean and std of the *training* split only: the test split must not
-  leak into preprocessing. Columns follow the attribute order of the file (`feature_names`).
-- A random 70/30 split per seed, *stratified by y*: both splits keep the file's 70% good
-  rate, so accuracy and EO differences across seeds come from the model, not from a test
-  split that happens to hold more bad credits. The paper says only "randomly picked".
+- y = 1 for good credit, the positive class of equality of opportunity.
+- c = (age <= 25); age is removed from x, so the model can only learn it through correlated
+  attributes, which is what the MI penalty targets.
+- Categorical attributes are one-hot over german.doc's fixed code lists, so the layout of x
+  never depends on which codes a split contains. Numeric attributes are standardised by the
+  *training* split only: the test split must not leak into preprocessing.
+- A random 70/30 split per seed, *stratified by y*, so differences across seeds come from the
+  model, not from a test split with more bad credits. The paper says only "randomly picked".
 """
 
 from __future__ import annotations
@@ -78,8 +72,7 @@ NUMERIC_FEATURES: tuple[int, ...] = tuple(a for a in NUMERIC if a != AGE_ATTRIBU
 
 @dataclass(frozen=True)
 class GermanTable:
-    """The parsed file, before any split-dependent preprocessing (small: pickles cheaply, so
-    a sweep parses it once and ships it to every trial)."""
+    """The parsed file, before any split-dependent preprocessing (small: cheap to ship)."""
 
     codes: np.ndarray  # (N, 13) int64: index of each categorical attribute's code
     numeric: np.ndarray  # (N, 7) float64: the NUMERIC attributes in order, age included
@@ -96,8 +89,6 @@ class GermanTable:
 
 
 def feature_names() -> list[str]:
-    """Names of the columns of x, in order: attributes in file order, age left out, each
-    categorical attribute expanded to one column per german.doc code."""
     names = []
     for a in range(1, N_ATTRIBUTES + 1):
         if a == AGE_ATTRIBUTE:
@@ -109,11 +100,7 @@ def feature_names() -> list[str]:
     return names
 
 
-X_WIDTH = len(feature_names())  # 56 one-hot columns + 6 numeric = 62
-
-
 def resolve_path(root: str | os.PathLike | None) -> Path:
-    """The file to read: the shipped copy, `root` itself if it is a file, else root/german.data."""
     if root is None:
         return SHIPPED_FILE
     path = Path(root).expanduser()
@@ -121,7 +108,6 @@ def resolve_path(root: str | os.PathLike | None) -> Path:
 
 
 def load_table(root: str | os.PathLike | None = None) -> GermanTable:
-    """Parse and validate the whole file; any problem is a one-line DataError."""
     path = resolve_path(root)
     try:
         raw = path.read_bytes()
@@ -152,7 +138,6 @@ def load_table(root: str | os.PathLike | None = None) -> GermanTable:
 
 
 def parse_line(line: str, lineno: int, path: Path | str) -> tuple[list[int], list[float], bool]:
-    """One row -> (code indices, numeric values, good?), or a DataError naming the line."""
     where = f"{path}, line {lineno}"
     fields = line.split()
     if len(fields) != N_ATTRIBUTES + 1:
@@ -186,9 +171,6 @@ def _number(token: str, what: str) -> float:
 
 def split_indices(good: np.ndarray, seed: int,
                   train_fraction: float = TRAIN_FRACTION) -> tuple[np.ndarray, np.ndarray]:
-    """A random train/test split stratified by y: each class is shuffled by its own draw of
-    one seeded generator and its first round(fraction * n_class) rows go to training. Sorted
-    row indices, so a seed always names the same split."""
     rng = np.random.default_rng(seed)
     train, test = [], []
     for label in (True, False):
@@ -203,19 +185,14 @@ def split_indices(good: np.ndarray, seed: int,
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
-def one_hot_codes(codes: np.ndarray) -> list[np.ndarray]:
-    """Per categorical attribute (in file order), its (N, len(code list)) one-hot block."""
-    return [np.eye(len(CATEGORICAL[a]))[codes[:, j]] for j, a in enumerate(CATEGORICAL)]
-
-
 def encode(table: GermanTable, train_idx: np.ndarray, test_idx: np.ndarray
            ) -> tuple[TensorSplit, TensorSplit]:
-    """x, y, c of both splits, with numeric columns scaled by training statistics only."""
     numeric = table.numeric[:, [NUMERIC.index(a) for a in NUMERIC_FEATURES]]
     mean = numeric[train_idx].mean(axis=0)
     std = numeric[train_idx].std(axis=0)
     std = np.where(std > 0, std, 1.0)  # a constant column stays constant (0), not NaN
-    blocks = dict(zip(CATEGORICAL, one_hot_codes(table.codes), strict=True))
+    blocks = {a: np.eye(len(CATEGORICAL[a]))[table.codes[:, j]]
+              for j, a in enumerate(CATEGORICAL)}
     blocks.update({a: ((numeric[:, [j]] - mean[j]) / std[j])
                    for j, a in enumerate(NUMERIC_FEATURES)})
     columns = [blocks[a] for a in range(1, N_ATTRIBUTES + 1) if a != AGE_ATTRIBUTE]
@@ -229,8 +206,6 @@ def encode(table: GermanTable, train_idx: np.ndarray, test_idx: np.ndarray
 
 def build(seed: int, root: str | os.PathLike | None = None,
           table: GermanTable | None = None) -> Benchmark:
-    """The benchmark for one seed (the seed picks the split). `table` skips re-reading the
-    file (a sweep parses it once); otherwise it is read from `root` or the shipped copy."""
     table = table if table is not None else load_table(root)
     train_idx, test_idx = split_indices(table.good, seed)
     train, test = encode(table, train_idx, test_idx)

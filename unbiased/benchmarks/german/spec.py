@@ -1,13 +1,8 @@
-"""German credit (the paper's Table 3 and its lambda bar plots) as a registered benchmark: its
-presets, table with the published rows, and how a sweep loads and builds it.
+"""German credit (the paper's Table 3) as a registered benchmark. Torch-free: the data code
+is imported inside `load` and `build`, sklearn and pandas inside the SVM's functions.
 
-Torch-free: the data code (unbiased/benchmarks/german/data.py, torch) is imported inside `load`
-and `build`, sklearn and pandas inside the SVM's functions.
-
-Beside the trials, an RBF SVM is fitted on every seed's split and written as `method = svm`
-rows (`extra_rows`): the paper's Table 3 quotes one (Donini et al., 2018) at acc .74 / EO .10.
-We refit it on each seed's own 70/30 split, so its row compares with ours split for split,
-choosing C by 5-fold cross-validation on the training split only (the test split stays unseen).
+The paper's Table 3 quotes an RBF SVM (Donini et al., 2018); we refit one on each seed's own
+split (`extra_rows`), so its row compares with ours split for split.
 """
 
 from __future__ import annotations
@@ -36,17 +31,14 @@ if TYPE_CHECKING:
     from unbiased.data import Benchmark
 
 GERMAN: dict[str, dict[str, object]] = {
-    # The shipped file on CPU, 6 trials, about a minute on 2 cores; lr, epochs and
-    # mi_eval_steps chosen by measurement (docs/MEASURED.md, "German credit's quick preset").
+    # Chosen by measurement (docs/MEASURED.md, "German credit's quick preset").
     "quick": {
         "lam": [0.0, 1.0], "seeds": [0, 1, 2], "epochs": 20, "batch_size": 64, "K": 30,
         "lr": 1e-3, "mine_lr": 0.1, "mine_optimizer": "sgd", "inner_z": "fresh",
         "mine_hidden": 64, "mine_hidden_layers": 1, "cpus_per_trial": 1.0,
         "gpus_per_trial": 0.0, "device": "cpu", "mi_eval_steps": 200,
     },
-    # Table 3 and its lambda bar plots: lam {0, 0.1, 0.5, 1, 2} x 10 seeds (a random 70/30
-    # split each), 500 epochs, batch 64, Adam 1e-5 for g and f, SGD 0.1 for MINE, K = 30, g a
-    # 64-unit MLP, T one hidden layer of 64. CPU: the model is far too small for a GPU to help.
+    # CPU: the model is far too small for a GPU to help.
     "paper": {
         "lam": [0.0, 0.1, 0.5, 1.0, 2.0], "seeds": list(range(10)), "epochs": 500,
         "batch_size": 64, "K": 30, "lr": 1e-5, "mine_lr": 0.1, "mine_optimizer": "sgd",
@@ -79,8 +71,7 @@ TABLE = TableSpec(
 
 
 def load(values: dict) -> tuple[dict[str, object], str]:
-    """Parse the file once in the driver (a bad --root fails before Ray starts); trials get
-    the parsed table through the object store and build their own split from it."""
+    """Parse the file once in the driver, so a bad --root fails before Ray starts."""
     from unbiased.benchmarks.german import data as german_credit
 
     table = german_credit.load_table(values.get("root"))
@@ -88,9 +79,7 @@ def load(values: dict) -> tuple[dict[str, object], str]:
 
 
 def fetch(values: dict) -> Iterator[str]:
-    """`--fetch-data`: without --root the sweep reads the copy shipped in the package, nothing
-    to fetch; with it, the file there, checked (the program downloads no copy: UCI serves a
-    zip behind a web page)."""
+    """`--fetch-data`: the file checked (no download: UCI serves a zip behind a web page)."""
     from pathlib import Path
 
     from unbiased.benchmarks.german import data as german_credit
@@ -115,8 +104,6 @@ def fetch(values: dict) -> Iterator[str]:
 
 
 def build(config: dict, table: GermanTable | None = None) -> Benchmark:
-    """The table is tiny (1000 rows), so each trial builds its own split and scaling for its
-    seed; without `table` it reads `root` (or the shipped copy)."""
     from unbiased.benchmarks.german import data as german_credit
 
     return german_credit.build(int(config["seed"]), config.get("root"), table=table)
@@ -130,8 +117,6 @@ EXPERIMENT = "german_grid"  # the experiment of `python -m sweeps german`
 
 @dataclass(frozen=True)
 class SvmResult:
-    """One seed's SVM: the chosen C, its accuracies and EO on the test split."""
-
     seed: int
     C: float
     cv_acc: float
@@ -143,8 +128,7 @@ class SvmResult:
 
 def svm_baseline(bench: Benchmark, seed: int, c_grid: tuple[float, ...] = SVM_C_GRID,
                  folds: int = SVM_FOLDS) -> SvmResult:
-    """SVC(kernel="rbf") on the benchmark's x (one-hot + train-scaled numeric, no age), C by
-    stratified k-fold CV on the training split, then refit on the whole training split."""
+    """SVC(kernel="rbf"), C by stratified k-fold CV on the training split only."""
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
     from sklearn.svm import SVC
 
@@ -166,9 +150,7 @@ def svm_baseline(bench: Benchmark, seed: int, c_grid: tuple[float, ...] = SVM_C_
 
 
 def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
-    """The SVM results as rows of results.parquet: the same columns and dtypes as `like`,
-    with the fields a non-MI method lacks set so the analysis can still group them (lam NaN,
-    K 0, one 'epoch', mi and mi_eval NaN)."""
+    """Rows like `like`; what a non-MI method lacks is set so the analysis can group them."""
     import pandas as pd
 
     node = socket.gethostname()
@@ -187,7 +169,6 @@ def svm_rows(results: list[SvmResult], like: pd.DataFrame) -> pd.DataFrame:
 
 
 def extra_rows(values: dict, loaded: dict, like: pd.DataFrame) -> pd.DataFrame:
-    """An SVM per seed of the sweep, on the table the driver loaded."""
     from unbiased.benchmarks.german import data as german_credit
 
     return svm_rows([svm_baseline(german_credit.build(seed, table=loaded["table"]), seed)

@@ -1,43 +1,25 @@
 """IMDB faces (IMDB-WIKI `imdb_crop`), the paper's Table 2: gender without the age bias.
 
-Data: the `imdb_crop` release as users download it from
-https://data.vision.ee.ethz.ch/cvl/rrothe/imdb-wiki/ (faces only, `imdb_crop.tar`):
-`imdb.mat` (a Matlab struct `imdb`, one entry per image: dob, photo_taken, full_path, gender,
-name, face_location, face_score, second_face_score, celeb_names, celeb_id) next to the JPEG
-folders `00` .. `99` that `full_path` points into. `root` is that folder or its parent.
+Data: the `imdb_crop` release (faces only) from DOWNLOAD_URL: `imdb.mat` next to the JPEG
+folders `full_path` points into. `root` is that folder or its parent.
 
-Cleaning (`load_index`), each row counted under the first reason that drops it:
-- no face: face_score = -inf; a second face: second_face_score is not NaN; gender NaN;
-- implausible age: age outside 0..100, or a dob that is no valid date. Age is the one of the
-  data set's authors (README of the release: `datevec(datenum(photo_taken,7,1)-dob)`): the
-  photo is assumed taken mid-year, on July 1 of `photo_taken`, and age is the number of
-  whole years from the Matlab datenum `dob` (day 1 = 1 Jan of year 0) to that day;
-- files listed in imdb.mat but missing under root, or whose JPEG header cannot be read, are
-  counted and reported (`LoadReport`) and left out; a body that fails to decode later stops
-  training with the file's path.
+Cleaning (`load_index`) drops a row without a face, with a second face, without gender, with
+an age outside 0..100 (the release's README: `datevec(datenum(photo_taken,7,1)-dob)`), or
+whose file is missing or unreadable.
 
 Splits (`build_splits`). Alvi et al.'s exact construction is not public; ours is
-deterministic (no seed: a function of imdb.mat and the files present) and uses two hash
-orders, blake2b of the celebrity id and of the image path:
-1. Identities: a celebrity (celeb_id) is a *test identity* when its hash falls in the lowest
-   TEST_IDENTITY_FRACTION (20%) of the hash range. All images of a person are on one side,
-   so the test set shares no image and no person with EB1 or EB2.
+deterministic and uses two hash orders, blake2b of the celebrity id and of the image path:
+1. A celebrity is a *test identity* when its hash falls in the lowest 20% of the hash range,
+   so the test set shares no person with EB1 or EB2.
 2. Test: images of test identities, any age and gender (the paper's "unrestricted"), the
-   first PAPER_SIZES["test"] = 22,468 in image-hash order (a uniform sample; all if fewer).
-3. EB1: images of the other identities of women aged 0-29 and men aged 40+; EB2: men aged
-   0-29 and women aged 40+ (the paper's "0-30" read as [0, 30), "older than 40" as 40+, so
-   no 5-year age bin is shared between the young and the old; ages 30-39 enter neither
-   split). Each is cut to the first 36,003 / 16,799 images in image-hash order (the paper's
-   sizes; all if fewer). EB1 and EB2 are disjoint by construction (different gender x age
-   cells), and disjoint from the test set by identity.
-4. Optional training subsets (`train_subset`, 2,000 in the paper): the first N images of the
-   training split in image-hash order, the same for every seed.
-`describe_splits` prints our sizes next to the paper's 36,003 / 16,799 / 22,468.
+   first 22,468 in image-hash order.
+3. EB1: the other identities' women aged 0-29 and men aged 40+; EB2: men aged 0-29 and women
+   aged 40+ (the paper's "0-30" read as [0, 30), so no 5-year age bin is shared between the
+   young and the old). Each is cut to the first 36,003 / 16,799 images in image-hash order.
+4. Training subsets (`train_subset`): the first N images in image-hash order, every seed.
 
-Labels: y = gender (1 male, 0 female, as imdb.mat); c = age in 5-year bins (0-4, 5-9, ...,
-100-104), one-hot, 21-d. Inputs: the standard ImageNet preprocessing of torchvision (resize
-the short side to 256, centre crop 224, ImageNet mean/std), the same for every split and
-every epoch, so a resumed run sees exactly the images of a straight one.
+Labels: y = gender (1 male, as imdb.mat); c = age in 5-year bins, one-hot, 21-d. Inputs:
+torchvision's ImageNet evaluation preprocessing, the same every epoch.
 """
 
 from __future__ import annotations
@@ -82,8 +64,6 @@ _EXAMPLES = 3  # file names quoted per problem in the report
 
 @dataclass
 class LoadReport:
-    """What `load_index` kept and why it dropped the rest (each row counted once)."""
-
     source: str
     rows: int = 0
     no_face: int = 0
@@ -110,8 +90,7 @@ class LoadReport:
 
 @dataclass(frozen=True)
 class ImdbIndex:
-    """The usable images after cleaning: small arrays, cheap to pickle, so a sweep reads
-    imdb.mat once and ships the index to every trial."""
+    """The usable images: small arrays, cheap to ship to every trial."""
 
     root: str  # the folder holding imdb.mat; full_path is relative to it
     path: np.ndarray  # (N,) str
@@ -124,12 +103,7 @@ class ImdbIndex:
         return len(self.path)
 
 
-# ----------------------------------------------------------------------------- imdb.mat
-
-
 def find_mat(root: str | os.PathLike | None) -> Path:
-    """root/imdb.mat or root/imdb_crop/imdb.mat, else a one-line DataError saying where the
-    data set comes from."""
     if root is None:
         raise DataError(f"IMDB needs --root: the folder of the IMDB-WIKI {CROP_DIR} release "
                         f"(faces only) from {DOWNLOAD_URL}")
@@ -150,13 +124,12 @@ def _column(struct: np.void, name: str, path: Path) -> np.ndarray:
 
 
 def _text(cell: object) -> str:
-    """A Matlab char array inside a cell, as loadmat returns it (array(['...'])) -> str."""
+    """A Matlab char array inside a cell, as loadmat returns it -> str."""
     values = np.asarray(cell).ravel()
     return str(values[0]) if values.size else ""
 
 
 def read_mat(path: Path) -> dict[str, np.ndarray]:
-    """The per-image columns of imdb.mat as flat arrays (full_path as str)."""
     from scipy.io import loadmat
     from scipy.io.matlab import MatReadError
 
@@ -180,8 +153,8 @@ def read_mat(path: Path) -> dict[str, np.ndarray]:
 
 
 def matlab_age(dob: np.ndarray, photo_taken: np.ndarray) -> np.ndarray:
-    """Age in whole years on 1 July of `photo_taken` of a person born on the Matlab datenum
-    `dob` (the authors' mid-year convention). NaN where dob is no valid date."""
+    """Age in whole years on 1 July of `photo_taken` (the authors' mid-year convention) of
+    a person born on the Matlab datenum `dob`; NaN where dob is no valid date."""
     ages = np.full(len(dob), np.nan)
     for i, (d, taken) in enumerate(zip(dob, photo_taken, strict=True)):
         if not (math.isfinite(d) and math.isfinite(taken)):
@@ -195,7 +168,6 @@ def matlab_age(dob: np.ndarray, photo_taken: np.ndarray) -> np.ndarray:
 
 
 def age_bins(age: np.ndarray) -> torch.Tensor:
-    """c: 5-year age bins, one-hot, (N, C_DIM) float32."""
     bins = np.clip(np.asarray(age, dtype=np.int64) // BIN_YEARS, 0, C_DIM - 1)
     return torch.nn.functional.one_hot(torch.from_numpy(bins), C_DIM).float()
 
@@ -213,8 +185,7 @@ def _readable(path: str) -> bool:
 
 def load_index(root: str | os.PathLike | None, check_files: bool = True,
                threads: int = 8) -> ImdbIndex:
-    """Read imdb.mat under `root`, clean it (module docstring) and check the files exist and
-    have a readable JPEG header (`threads` at a time: the check is I/O bound)."""
+    """imdb.mat cleaned (module docstring); `threads`: the file check is I/O bound."""
     mat_path = find_mat(root)
     cols = read_mat(mat_path)
     report = LoadReport(source=str(mat_path), rows=len(cols["dob"]))
@@ -249,9 +220,6 @@ def load_index(root: str | os.PathLike | None, check_files: bool = True,
                      celeb_id=cols["celeb_id"][rows].astype(np.int64), report=report)
 
 
-# ----------------------------------------------------------------------------- splits
-
-
 def _hash01(text: str) -> float:
     """A stable number in [0, 1) for `text` (blake2b; not Python's salted hash)."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
@@ -265,8 +233,7 @@ def _hash_order(index: ImdbIndex, rows: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ImdbSplits:
-    """Row indices into an ImdbIndex, each in image-hash order; `pools` holds the sizes
-    before cutting to the paper's sizes."""
+    """Row indices into an ImdbIndex; `pools`: the sizes before the cut."""
 
     rows: dict[str, np.ndarray]  # "EB1", "EB2", "test"
     pools: dict[str, int]
@@ -282,8 +249,7 @@ def eb_masks(index: ImdbIndex) -> dict[str, np.ndarray]:
 
 def build_splits(index: ImdbIndex, sizes: dict[str, int | None] | None = None,
                  test_identity_fraction: float = TEST_IDENTITY_FRACTION) -> ImdbSplits:
-    """EB1, EB2 and the test set (module docstring). `sizes` caps each split (default: the
-    paper's); a None cap keeps the whole pool."""
+    """EB1, EB2 and the test set (module docstring), capped by `sizes` (None: uncapped)."""
     sizes = dict(PAPER_SIZES) if sizes is None else sizes
     ids = np.unique(index.celeb_id)
     test_ids = ids[np.array([_hash01(f"celeb:{i}") < test_identity_fraction for i in ids],
@@ -301,7 +267,6 @@ def build_splits(index: ImdbIndex, sizes: dict[str, int | None] | None = None,
 
 
 def describe_splits(splits: ImdbSplits) -> str:
-    """Our sizes next to the paper's, one line."""
     parts = []
     for name in ("EB1", "EB2", "test"):
         n, pool = len(splits.rows[name]), splits.pools[name]
@@ -309,12 +274,8 @@ def describe_splits(splits: ImdbSplits) -> str:
     return "IMDB splits: " + ", ".join(parts)
 
 
-# ----------------------------------------------------------------------------- images
-
-
 def imagenet_transform(image_size: int = 224):
-    """torchvision's standard ImageNet evaluation preprocessing (short side to 256/224 of
-    the crop, centre crop, mean/std normalisation), for any crop size."""
+    """torchvision's ImageNet evaluation preprocessing, for any crop size."""
     from torchvision import transforms
 
     return transforms.Compose([
@@ -326,8 +287,6 @@ def imagenet_transform(image_size: int = 224):
 
 
 class FaceImages(Dataset):
-    """Decoded, preprocessed face crops: `dataset[i]` is a (3, S, S) float tensor."""
-
     def __init__(self, folder: str, paths: Sequence[str], image_size: int = 224):
         self.folder = folder
         self.paths = list(paths)
@@ -356,7 +315,6 @@ def _split(index: ImdbIndex, rows: np.ndarray, image_size: int, num_workers: int
 
 
 def eval_name(split: str) -> str:
-    """Report name of the accuracy on an evaluation split: acc_eb1, acc_eb2, acc_test."""
     return f"acc_{split.lower()}"
 
 
@@ -370,9 +328,7 @@ def build(index: ImdbIndex, train_split: str, *, splits: ImdbSplits | None = Non
           train_subset: int | None = None, max_eval: int | None = None,
           arch: str = "resnet50", weights_path: str | None = None, z_dim: int = Z_DIM,
           image_size: int = 224, num_workers: int = 0) -> Benchmark:
-    """Train on EB1 or EB2 (optionally its first `train_subset` images); evaluate on the
-    other EB split (acc_eb2 / acc_eb1) and the test set (acc_test, also reported as
-    test_acc), each cut to `max_eval` images when given (quick CPU runs)."""
+    """Train on EB1 or EB2; evaluate on the other and the test set (also test_acc)."""
     if train_split not in SPLITS:
         raise ValueError(f"train_split must be one of {SPLITS}, got {train_split!r}")
     splits = splits if splits is not None else build_splits(index)

@@ -1,11 +1,5 @@
-"""IMDB faces (the paper's Table 2) as a registered benchmark: its presets, flags, table with
-the published rows, and how a sweep loads and builds it.
-
-Torch-free: the data code (unbiased/benchmarks/imdb/data.py, torch and torchvision) is imported
-inside `load` and `build`. --root is the IMDB-WIKI imdb_crop release (imdb.mat + JPEG
-folders), or its parent; the driver reads and cleans imdb.mat once, checks the files, prints
-the split sizes next to the paper's, resolves the backbone weights once (offline: --weights
-PATH), and ships the index to the trials, whose DataLoader workers decode the JPEGs.
+"""IMDB faces (the paper's Table 2) as a registered benchmark. Torch-free: the data code is
+imported inside `load` and `build`.
 """
 
 from __future__ import annotations
@@ -34,9 +28,6 @@ TRAIN_SPLITS = ("EB1", "EB2")
 
 @dataclass
 class ImdbSettings:
-    """IMDB faces' flags: its training splits (a sweep axis), backbone, weights and data
-    loading."""
-
     train_split: tuple[str, ...] = setting(
         TRAIN_SPLITS, "training splits, comma-separated: EB1 (women 0-29, men 40+), EB2 "
                       "(men 0-29, women 40+)", choices=TRAIN_SPLITS, many=True,
@@ -54,14 +45,9 @@ class ImdbSettings:
     image_size: int = setting(224, "input crop size (ImageNet: 224)", ge=1)
 
 
-# IMDB faces (Table 2): train split {EB1, EB2} x lam x K x seeds. Both
-# presets need --root: the IMDB-WIKI imdb_crop release is user-supplied (README, "Data").
 IMDB: dict[str, dict[str, object]] = {
-    # A CPU smoke run of the whole pipeline (4 trials, 2 epochs, 240 training images, 240
-    # per evaluation split); its accuracies are not the paper's. lr 1e-4, not the paper's
-    # 1e-5: 2 epochs of 10 steps barely move at 1e-5. `batch` inner z: K forwards of a
-    # ResNet-50 per step would dominate a CPU run (bench/imdb_step.py, removed since:
-    # `git show d9fcde0:bench/imdb_step.py`).
+    # A CPU smoke run. lr 1e-4: 2 epochs of 10 steps barely move at the paper's 1e-5.
+    # `batch` inner z: K forwards of a ResNet-50 per step would dominate a CPU run.
     "quick": {
         "train_split": ["EB1", "EB2"], "lam": [0.0, 0.9], "seeds": [0], "K": 20, "epochs": 2,
         "batch_size": 24, "lr": 1e-4, "mine_lr": 0.1, "mine_optimizer": "sgd",
@@ -69,11 +55,8 @@ IMDB: dict[str, dict[str, object]] = {
         "train_subset": 240, "max_eval": 240, "num_workers": 0, "eval_batch_size": 48,
         "cpus_per_trial": 1.0, "gpus_per_trial": 0.0, "mi_eval_steps": 500,
     },
-    # Section 4.2 and the supplementary: ImageNet ResNet-50 + FC 128, 2,000-image training
-    # subsets, 6 epochs, batch 24, Adam 1e-5, SGD 0.1 for MINE, K = 40 (the main text; the
-    # supplementary says 20 suffices), fresh inner z as Algorithm 1. lam {0, 0.5 (EB1), 0.9
-    # (EB2)} plus 0.1 and 1.0 for the selection rules; 3 seeds; full EB / test evaluation
-    # splits; one GPU per trial with 8 CPUs (6 JPEG decoding workers).
+    # Section 4.2 and the supplementary; lam 0.1 and 1.0 besides the paper's for the
+    # selection rules.
     "paper": {
         "train_split": ["EB1", "EB2"], "lam": [0.0, 0.1, 0.5, 0.9, 1.0], "seeds": [0, 1, 2],
         "K": 40, "epochs": 6, "batch_size": 24, "lr": 1e-5, "mine_lr": 0.1,
@@ -119,8 +102,7 @@ TABLE = TableSpec(
 
 
 def load(values: dict) -> tuple[dict[str, object], str]:
-    """Everything that can fail on the user's side fails here, before Ray starts. Sets
-    `weights_path` in `values` (the resolved local file, "" = random init) for the trials."""
+    """User-side failures come here, before Ray starts; sets `weights_path` in `values`."""
     from unbiased.benchmarks.imdb import data as imdb_faces
     from unbiased.data import DataError
     from unbiased.models import resolve_imagenet_weights
@@ -142,9 +124,7 @@ def load(values: dict) -> tuple[dict[str, object], str]:
 
 
 def fetch(values: dict) -> Iterator[str]:
-    """`--fetch-data`: the backbone weights downloaded into the torch hub cache (where the
-    sweep reads them), then the imdb_crop release under --root checked: the program does not
-    download it (IMDB-WIKI's terms: users fetch it from its site)."""
+    """`--fetch-data`: the weights downloaded, the faces checked (users fetch them)."""
     import os
 
     import torch
@@ -174,7 +154,6 @@ def fetch(values: dict) -> Iterator[str]:
 
 
 def _optional(value: object) -> int | None:
-    """0 or None in a config means "no cap"."""
     return int(value) if value else None
 
 
