@@ -8,7 +8,6 @@ not logged twice). OUT/wandb.json keeps the project and group.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import shlex
@@ -25,22 +24,18 @@ if TYPE_CHECKING:
 
     from sweeps.cli import SweepArgs
 
-STATE_FILE = "wandb.json"
-EXTRA = "pip install 'unbiased-mi[wandb]' (in a checkout: pip install -e '.[wandb]')"
 UPLOAD_TIMEOUT_S = 300  # the runs' closing at the end (online: the last epochs' upload)
 RUN_DIR = "wandb"  # under OUT: wandb.init(dir=OUT) keeps its runs in OUT/wandb
 
 
 class WandbTracker(Tracker):
-    name = "wandb"
+    name = package = "wandb"
 
     def check_installed(self, args: SweepArgs) -> None:
         """wandb installed, and online an API key (else the callback fails once trials run)."""
-        try:
-            import wandb
-        except ImportError:
-            raise SweepError(f"--tracker wandb needs wandb, which is not installed: {EXTRA}"
-                             ) from None
+        super().check_installed(args)
+        import wandb
+
         if os.environ.get("WANDB_MODE") in ("offline", "disabled"):
             return
         if not os.environ.get("WANDB_API_KEY") and not _logged_in(wandb):
@@ -52,30 +47,25 @@ class WandbTracker(Tracker):
         recorded = self.state(args.out) if args.resume else None
         if recorded and args.wandb_project and args.wandb_project != recorded["project"]:
             raise SweepError(f"--wandb-project {args.wandb_project}: the sweep in {args.out} "
-                             f"logs to project {recorded['project']} (OUT/{STATE_FILE})")
+                             f"logs to project {recorded['project']} (OUT/{self.name}.json)")
         if self.resumed(args, "W&B project {project}") is not None:
             self.check_installed(args)
             return
         if "wandb" not in args.tracker:
             return
-        from analysis.io import atomic_write_text
-
         args.out.mkdir(parents=True, exist_ok=True)
         name = args.out.resolve().name
-        atomic_write_text(args.out / STATE_FILE, json.dumps({
+        self.write_state(args.out, {
             "project": args.wandb_project or name, "group": name, "sweep": experiment,
             "benchmark": args.benchmark, "preset": args.preset,
-            "dir": str(args.out.resolve())}, indent=2))
+            "dir": str(args.out.resolve())})
 
-    def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-        state = self.state(args.out)
-        return [] if state is None else [_trial_runs_callback()(state, param_keys)]
+    def callback(self, state: dict, param_keys: tuple[str, ...]) -> object:
+        return _trial_runs_callback()(state, param_keys)
 
-    def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
+    def finish(self, args: SweepArgs, state: dict, df: pd.DataFrame,
+               written: list[Path]) -> None:
         """The summary run: the outputs as one artifact, table.parquet as a W&B table."""
-        state = self.state(args.out)
-        if state is None:
-            return
         import pandas as pd
         import wandb
 
@@ -100,10 +90,7 @@ class WandbTracker(Tracker):
                 run.summary[f"status/{row.trial_id}"] = str(row.status)
         run.finish()
 
-    def hints(self, args: SweepArgs) -> list[str]:
-        state = self.state(args.out)
-        if state is None:
-            return []
+    def hints(self, state: dict) -> list[str]:
         runs = Path(state["dir"]) / RUN_DIR
         if os.environ.get("WANDB_MODE") == "offline":
             return [f"W&B: offline runs in {runs}; upload: wandb sync --include-offline "
