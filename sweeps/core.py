@@ -449,8 +449,6 @@ def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict],
     return out
 
 
-
-
 def check_local_gpu(args: SweepArgs) -> None:
     """A local sweep asking for a GPU torch cannot see would wait forever for Ray to place
     its trials or fail every one: one line before Ray starts instead."""
