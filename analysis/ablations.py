@@ -142,8 +142,7 @@ def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
 
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
     data_axes = valued_axes(rows)
-    panels = [(point if isinstance(point, tuple) else (point,), at)
-              for point, at in rows.groupby([*data_axes, "lam"], sort=True)]
+    panels = list(rows.groupby([*data_axes, "lam"], sort=True))
     values = _order(axis, set(rows["value"]))
     colors = _colors([float(i) for i in range(len(values))])
     fig = _new_figure(4.0 * len(CURVES), 3.0 * len(panels) + 0.6)

@@ -163,7 +163,6 @@ def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: flo
         if picked.empty:
             continue
         for key, group in picked.groupby([*points, "arm"], sort=False, dropna=False):
-            key = key if isinstance(key, tuple) else (key,)
             base = dict(zip([*points, "arm"], key, strict=True))
             screen = group[group["seed"].isin(screen_seeds)]
             choice = choose_draw(screen, rule, tolerance)
@@ -228,7 +227,6 @@ def comparison_markdown(table: pd.DataFrame, labels: dict[str, str] | None = Non
              "on the other seeds, mean ± std (seeds), each trial at the epoch the rule picks "
              "in it. `screen`: the pick's value on the screen seed, which chose it."]
     for key, block in table.groupby(points, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
         where = ", ".join(f"{k} {v}" for k, v in zip(points, key, strict=True))
         missing: dict[str, set[int]] = {}
         for _, rows in block.groupby("rule", sort=False):

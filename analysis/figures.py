@@ -49,8 +49,7 @@ def _subgroups(frame: pd.DataFrame) -> list[tuple[tuple[object, ...], pd.DataFra
     keys = present_axes(frame.columns)
     if not keys:
         return [((), frame)]
-    return [(values if isinstance(values, tuple) else (values,), sub)
-            for values, sub in frame.groupby(keys, dropna=False, sort=True)]
+    return list(frame.groupby(keys, dropna=False, sort=True))
 
 
 def _at_key(frame: pd.DataFrame, key: tuple[object, ...]) -> pd.DataFrame:

@@ -29,7 +29,7 @@ def _groups(finals: pd.DataFrame, bench: str, K: int) -> list[tuple[str, pd.Data
     keys = ["method", *present_axes(g.columns)]
     out = []
     for values, sub in g.groupby(keys, dropna=False, sort=True):
-        key = dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True))
+        key = dict(zip(keys, values, strict=True))
         same = rows_at(neural, ((k, key[k]) for k in keys if k != "method"))
         out.append((_sub_label(key), with_shared_erm(sub, same)))
     return out

@@ -97,8 +97,7 @@ def bias_section(bias: Sequence[dict]) -> str:
     rows = []
     for key, g in (frame.groupby(settings, sort=True) if settings else [((), frame)]):
         means = g.groupby(axis)[BIAS_VALUE].mean()
-        names = key if isinstance(key, tuple) else (key,)
-        rows.append([", ".join(map(str, names)) or "all"]
+        rows.append([", ".join(map(str, key)) or "all"]
                     + [fmt_num(float(means[v])) if v in means.index else "–" for v in values])
     return ("### Bias strength\n\nThe training accuracy of the best classifier that sees "
             "only the bias attribute c (the share of training images it classifies; 0.1 = no "

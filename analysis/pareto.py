@@ -76,8 +76,7 @@ def front_markdown(front: pd.DataFrame, finals: pd.DataFrame) -> str:
         return "\n".join(lines + ["No trial finished with a finite mi_eval.\n"])
     kept = finals[~excluded_mask(finals)]
     for key, study in front.groupby(_study_key(front), dropna=False, sort=True):
-        names = dict(zip(_study_key(front), key if isinstance(key, tuple) else (key,),
-                         strict=True))
+        names = dict(zip(_study_key(front), key, strict=True))
         point = " ".join(data_labels(names))
         lines.append(f"## {names.get('benchmark', '')} {point} seed={names.get('seed')}\n")
         lines.append("| | λ | K | mi_eval | train acc | test acc | trial |")
