@@ -218,10 +218,8 @@ class GridSpec:
                 POINT_KEY: tune.grid_search(trials)}
 
     def result_columns(self) -> dict[str, str]:
-        columns = {"method": "method", "lam": "lam", "K": "K", "seed": "seed",
-                   "epochs": "epochs", "arm": "arm", "draw": "draw"}
-        columns.update({key: key for key in self.data_axes})
-        return columns
+        return {key: key for key in ("method", "lam", "K", "seed", "epochs", "arm", "draw",
+                                     *self.data_axes)}
 
     def param_keys(self) -> tuple[str, ...]:
         return ("method", *self.data_axes, "arm", "draw", "lam", "K", "seed")

@@ -262,8 +262,7 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
         from sweeps.digits_grid import GRID as spec
     args, ns = parse(spec, argv)
     spec = spec.for_preset(args.preset)
-    start = time.monotonic()
-    deadline = start + ns.budget
+    deadline = time.monotonic() + ns.budget
     try:
         points = spec.validate(args.values)
         fixed = spec.fixed_values(args.values)

@@ -20,12 +20,6 @@ if TYPE_CHECKING:
 
 
 
-def default_uri(out: Path) -> str:
-    """A local store inside OUT. MLflow 3 refuses its old file store by default, so an SQLite
-    database: `mlflow ui --backend-store-uri` takes the same URI."""
-    return f"sqlite:///{(out / 'mlflow.db').resolve()}"
-
-
 def _local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
@@ -48,7 +42,9 @@ class MLflowTracker(Tracker):
         from mlflow.tracking import MlflowClient
 
         args.out.mkdir(parents=True, exist_ok=True)
-        uri = args.tracking_uri or default_uri(args.out)
+        # Else a local store inside OUT. MLflow 3 refuses its old file store by default, so an
+        # SQLite database: `mlflow ui --backend-store-uri` takes the same URI.
+        uri = args.tracking_uri or f"sqlite:///{(args.out / 'mlflow.db').resolve()}"
         name = args.out.resolve().name
         try:
             client = MlflowClient(tracking_uri=uri)
