@@ -336,6 +336,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
               costs: Costs, most: int, stamp: dict[str, str], deadline: float) -> int:
     """Run bundles of `todo` while the next fits in the time left, writing the whole rows
     after each."""
+    from analysis.io import atomic_write_text
     from unbiased.trial import MEMBERS_KEY, run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
@@ -374,7 +375,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
             print(f"piece: {len(members) - whole} of its trials did not finish (an error, or "
                   f"diverged): --done takes only whole trials", flush=True)
         if not rows.empty:
-            _write(args.out, rows)
+            atomic_write_text(args.out / ROWS_FILE, rows.to_csv(index=False))
         log.append({"trial_id": session.key, "members": len(members), "whole": whole,
                     "left_s": round(left, 2), "estimate_s": round(estimate, 2),
                     "reserve": ns.margin, "seconds": round(seconds, 1),
@@ -402,13 +403,6 @@ def _members(trial: dict) -> list[dict]:
 def _point(spec: GridSpec, point: dict) -> str:
     return " ".join(f"{k} {point[k]:g}" if isinstance(point[k], float) else f"{k} {point[k]}"
                     for k in (*spec.data_axes, "lam", "seed") if k in point)
-
-
-def _write(out: Path, rows: pd.DataFrame) -> None:
-    from analysis.io import atomic_write_text
-
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / ROWS_FILE, rows.to_csv(index=False))
 
 
 def _write_plan(out: Path, ns: argparse.Namespace, stamp: dict, shape: Shape,

@@ -53,7 +53,6 @@ class WandbTracker(Tracker):
             return
         if "wandb" not in args.tracker:
             return
-        args.out.mkdir(parents=True, exist_ok=True)
         name = args.out.resolve().name
         self.write_state(args.out, {
             "project": args.wandb_project or name, "group": name, "sweep": experiment,
