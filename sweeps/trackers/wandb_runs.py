@@ -108,14 +108,9 @@ class RunWriter:
         self._thread = threading.Thread(target=self._write, name="wandb-runs", daemon=True)
         self._thread.start()
 
-    def start(self, run_id: str, **init_kwargs) -> None:
-        self._tasks.put(("start", run_id, init_kwargs))
-
-    def log(self, run_id: str, metrics: dict[str, float], step: int) -> None:
-        self._tasks.put(("log", run_id, (metrics, step)))
-
-    def finish(self, run_id: str) -> None:
-        self._tasks.put(("finish", run_id, None))
+    def put(self, kind: str, run_id: str, payload: object = None) -> None:
+        """Queue a run's "start" (wandb.init's kwargs), "log" ((metrics, step)) or "finish"."""
+        self._tasks.put((kind, run_id, payload))
 
     def close(self, timeout_s: float) -> bool:
         """Finish every open run and wait until wandb-core has written them out and exited;
@@ -180,15 +175,15 @@ def _trial_runs_callback():
             state = self.state
             for run_id, config in self._points_of(trial):
                 name = " ".join(f"{k}={config[k]}" for k in self.param_keys if k in config)
-                self.writer.start(
-                    run_id, name=name or run_id, resume="allow", allow_val_change=True,
+                self.writer.put("start", run_id, dict(
+                    name=name or run_id, resume="allow", allow_val_change=True,
                     group=state["group"], project=state["project"], dir=state["dir"],
                     job_type="trial", tags=[f"{k}={v}" for k, v in tags_of(config).items()],
                     config={k: v for k, v in config.items() if v is None or isinstance(
                         v, str | int | float | bool | list | tuple | dict)},
                     # Every run is in the driver: the system metrics would be the driver
                     # node's, and its console output in every run.
-                    settings={"console": "off", "x_disable_stats": True})
+                    settings={"console": "off", "x_disable_stats": True}))
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
             if self.writer is None or trial.trial_id not in self.points:
@@ -202,12 +197,12 @@ def _trial_runs_callback():
             for run_id, part in own:
                 if part is not None:
                     epoch = part.get("epoch", part.get("training_iteration"))
-                    self.writer.log(run_id, metrics_of(part), step=int(epoch))
+                    self.writer.put("log", run_id, (metrics_of(part), int(epoch)))
 
         def log_trial_end(self, trial, failed: bool = False) -> None:
             if self.writer is not None:
                 for run_id, _ in self._points_of(trial):
-                    self.writer.finish(run_id)
+                    self.writer.put("finish", run_id)
 
         def on_experiment_end(self, trials, **info) -> None:
             """Every run finished, also when a signal stopped the sweep (it ends no trial)."""
