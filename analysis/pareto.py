@@ -31,8 +31,7 @@ def pareto_mask(frame: pd.DataFrame) -> pd.Series:
     pool = values[finite]
     for i in np.flatnonzero(finite):
         v = values[i]
-        dominated = (np.all(pool <= v, axis=1) & np.any(pool < v, axis=1)).any()
-        mask[i] = not dominated
+        mask[i] = not (np.all(pool <= v, axis=1) & np.any(pool < v, axis=1)).any()
     return pd.Series(mask, index=frame.index)
 
 
@@ -59,8 +58,8 @@ def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.
     if not fronts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in [*study, *FRONT_COLUMNS]})
     out = pd.concat(fronts, ignore_index=True).reindex(columns=[*study, *FRONT_COLUMNS])
-    out = out.astype({"chosen": bool, "rule": "string",
-                                                "reason": "string", "trial_id": "string"})
+    out = out.astype({"chosen": bool, "rule": "string", "reason": "string",
+                      "trial_id": "string"})
     order = [k for k in study if k != "benchmark"]
     return out.sort_values([*order, "mi_eval"]).reset_index(drop=True)
 
