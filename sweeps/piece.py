@@ -192,7 +192,7 @@ def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixe
               in point_records(records, fixed, points).items() if ended]
     if not trials:
         return pd.DataFrame()
-    rows = results_frame(trials, spec.experiment, spec.benchmark, spec.result_columns())
+    rows = results_frame(trials, spec.experiment, spec.bench.name, spec.result_columns())
     ok = rows[rows["status"].astype(str).str.startswith("ok")]
     whole = split_done(Path(ROWS_FILE), ok, points, fixed)[1]
     return export_frame(pd.concat([own for _, own in whole])) if whole else pd.DataFrame()
@@ -201,7 +201,7 @@ def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixe
 def parse(spec: GridSpec, argv: list[str] | None):
     from sweeps.cli import build_parser, driver_command
 
-    parser = build_parser("python -m sweeps piece", __doc__.splitlines()[0], spec.presets,
+    parser = build_parser("python -m sweeps piece", __doc__.splitlines()[0], spec.bench.presets,
                           benchmark=spec.bench)
     piece = parser.add_argument_group("a piece (sweeps/piece.py)")
     piece.add_argument("--budget", type=float, required=True, metavar="SECONDS",
@@ -227,7 +227,7 @@ def parse(spec: GridSpec, argv: list[str] | None):
         parser.error(f"argument --margin: {ns.margin:g}: must be in [0, 1)")
     if ns.max_members is not None and ns.max_members < 1:
         parser.error(f"argument --max-members: {ns.max_members}: must be >= 1")
-    args = resolve(parser, spec.benchmark, spec.presets, argv, name="piece",
+    args = resolve(parser, spec.bench.name, spec.bench.presets, argv, name="piece",
                    command=driver_command(spec.prog))
     return args, ns
 
