@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.cells import stat
 from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.results import estimator_failed, excluded_mask
 
@@ -179,11 +180,8 @@ def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: flo
                            row_seeds=",".join(str(s) for s in sorted(on_rows["seed"])))
                 for metric in (m for m in REPORTED if m in chosen.columns):
                     row[f"screen_{metric}"] = float(on_screen[metric].mean())
-                    values = on_rows[metric].dropna()
-                    row[f"{metric}_mean"] = float(values.mean()) if len(values) else math.nan
-                    row[f"{metric}_std"] = (float(values.std(ddof=1)) if len(values) > 1
-                                            else math.nan)
-                    row["n_rows"] = len(values)
+                    row[f"{metric}_mean"], row[f"{metric}_std"], row["n_rows"] = stat(
+                        on_rows, metric)
             out.append(row)
     return pd.DataFrame(out)
 

@@ -460,8 +460,7 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
         values["mine_ema_rate"] = None  # 0 on the command line: the plain DV gradient
     if isinstance(values.get("K"), int):
         values["K"] = [values["K"]]
-    lam_of = getattr(ns, "lam_of", None)
-    if lam_of:
+    if lam_of := getattr(ns, "lam_of", None):
         methods = values.get("method") or ["mi_backprop"]
         stray = [name for name, _ in lam_of if name not in methods]
         if stray:
