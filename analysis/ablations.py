@@ -138,12 +138,11 @@ def ablation_section(df: pd.DataFrame, axis: str, bench: str) -> str:
 
 
 def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
-    from analysis.figures import _colors, _new_figure
+    from analysis.figures import _colors, _new_figure, _style
 
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
     data_axes = valued_axes(rows)
-    panels = [(point if isinstance(point, tuple) else (point,), at)
-              for point, at in rows.groupby([*data_axes, "lam"], sort=True)]
+    panels = list(rows.groupby([*data_axes, "lam"], sort=True))
     values = _order(axis, set(rows["value"]))
     colors = _colors([float(i) for i in range(len(values))])
     fig = _new_figure(4.0 * len(CURVES), 3.0 * len(panels) + 0.6)
@@ -163,12 +162,9 @@ def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
                 ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15,
                                 color=colors[float(i)])
         for c, (_, title) in enumerate(CURVES):
-            ax = axes[r][c]
             where = "".join(f"{a} {v:g}, " if isinstance(v, float) else f"{a} {v}, "
                             for a, v in zip(data_axes, data, strict=True))
-            ax.set_title(f"{where}lambda {lam:g}: {title}", fontsize=10)
-            ax.set_xlabel("epoch")
-            ax.grid(alpha=0.3)
+            _style(axes[r][c], f"{where}lambda {lam:g}: {title}", "epoch")
         axes[r][0].legend(fontsize=8)
     name = "critic" if axis == "critic" else "K"
     fig.suptitle(f"{bench}: mi_backprop by {name} (mean, shaded min-max over seeds)",

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.cells import stat
 from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.results import estimator_failed, excluded_mask
 
@@ -163,7 +164,6 @@ def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: flo
         if picked.empty:
             continue
         for key, group in picked.groupby([*points, "arm"], sort=False, dropna=False):
-            key = key if isinstance(key, tuple) else (key,)
             base = dict(zip([*points, "arm"], key, strict=True))
             screen = group[group["seed"].isin(screen_seeds)]
             choice = choose_draw(screen, rule, tolerance)
@@ -180,11 +180,8 @@ def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: flo
                            row_seeds=",".join(str(s) for s in sorted(on_rows["seed"])))
                 for metric in (m for m in REPORTED if m in chosen.columns):
                     row[f"screen_{metric}"] = float(on_screen[metric].mean())
-                    values = on_rows[metric].dropna()
-                    row[f"{metric}_mean"] = float(values.mean()) if len(values) else math.nan
-                    row[f"{metric}_std"] = (float(values.std(ddof=1)) if len(values) > 1
-                                            else math.nan)
-                    row["n_rows"] = len(values)
+                    row[f"{metric}_mean"], row[f"{metric}_std"], row["n_rows"] = stat(
+                        on_rows, metric)
             out.append(row)
     return pd.DataFrame(out)
 
@@ -228,7 +225,6 @@ def comparison_markdown(table: pd.DataFrame, labels: dict[str, str] | None = Non
              "on the other seeds, mean ± std (seeds), each trial at the epoch the rule picks "
              "in it. `screen`: the pick's value on the screen seed, which chose it."]
     for key, block in table.groupby(points, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
         where = ", ".join(f"{k} {v}" for k, v in zip(points, key, strict=True))
         missing: dict[str, set[int]] = {}
         for _, rows in block.groupby("rule", sort=False):

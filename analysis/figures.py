@@ -32,6 +32,15 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+def _style(ax, title: str, xlabel: str, ylabel: str | None = None, grid_axis: str = "both"
+           ) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, axis=grid_axis)
+
+
 def _row_label(bench: str, key: tuple[object, ...], frame: pd.DataFrame) -> str:
     keys = present_axes(frame.columns)
     return ", ".join(data_labels(dict(zip(keys, key, strict=True)))) or bench
@@ -49,8 +58,7 @@ def _subgroups(frame: pd.DataFrame) -> list[tuple[tuple[object, ...], pd.DataFra
     keys = present_axes(frame.columns)
     if not keys:
         return [((), frame)]
-    return [(values if isinstance(values, tuple) else (values,), sub)
-            for values, sub in frame.groupby(keys, dropna=False, sort=True)]
+    return list(frame.groupby(keys, dropna=False, sort=True))
 
 
 def _at_key(frame: pd.DataFrame, key: tuple[object, ...]) -> pd.DataFrame:
@@ -88,12 +96,8 @@ def curves_figure(rows: pd.DataFrame, bench: str, K: int, method: str = MI_METHO
                                     alpha=0.18, lw=0)
         label = _row_label(bench, key, rows)
         for c, (_, ylabel) in enumerate(panels):
-            ax = axes[r][c]
-            ax.set_title(f"{label}: {ylabel}", fontsize=10)
-            ax.set_xlabel("epoch")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
+            _style(axes[r][c], f"{label}: {ylabel}", "epoch", ylabel)
+            axes[r][c].xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[r][0].legend(title="λ (seeds)", fontsize=8, title_fontsize=8, loc="best")
     what = f"K={K}" if method == MI_METHOD else method
     fig.suptitle(f"{bench}, {what}: mean over seeds, shaded min–max", fontsize=12)
@@ -131,9 +135,7 @@ def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figur
                 ax.axhline(float(base[metric].mean()), ls="--", color="0.3", lw=1.2,
                            label=f"ERM (λ=0, n={base[metric].notna().sum()})")
             ax.set_xticks(list(x.values()), [f"{lam:g}" for lam in lams])
-            ax.set_xlabel("λ")
-            ax.set_title(f"{_row_label(bench, key, finals)}: {ylabel}", fontsize=10)
-            ax.grid(alpha=0.3)
+            _style(ax, f"{_row_label(bench, key, finals)}: {ylabel}", "λ")
         axes[r][0].legend(fontsize=8, loc="best")
     fig.suptitle(f"{bench}: methods side by side (mean ± std over seeds)", fontsize=12)
     return fig
@@ -158,11 +160,8 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
                                     marker="o", capsize=3, color=colors[float(i)],
                                     label=_row_label(bench, key, finals))
         for c, ylabel in enumerate(("final test accuracy", "final MI estimate (nats)")):
-            ax = axes[r][c]
-            ax.set_title(f"{lam_label(lam)}: {ylabel} vs K", fontsize=10)
-            ax.set_xlabel("K (MINE steps per update)")
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
+            _style(axes[r][c], f"{lam_label(lam)}: {ylabel} vs K", "K (MINE steps per update)",
+                   ylabel)
         axes[r][0].legend(fontsize=8)
     fig.suptitle(f"{bench}: K ablation (mean ± std over seeds)", fontsize=12)
     return fig
@@ -209,10 +208,7 @@ def trade_off_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, 
                                                          np.isclose(lam, chosen, rtol=0.0,
                                                                     atol=1e-9) else "")
                                              for lam in lams])
-        ax.set_xlabel(f"λ (* = {rule.name} choice, outlined)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(ylabel, fontsize=10)
-        ax.grid(alpha=0.3, axis="y")
+        _style(ax, ylabel, f"λ (* = {rule.name} choice, outlined)", ylabel, grid_axis="y")
         if metric == "test_acc":  # accuracies differ by points: zoom in rather than start at 0
             shown = pd.concat([finals[metric], baselines[metric]]).dropna().astype(float)
             if not shown.empty:
@@ -268,10 +264,7 @@ def table_figure(tidy: pd.DataFrame, spec: TableSpec) -> Figure | None:
                 ax.errorbar(r["x"], r["mean"], yerr=r["std"].fillna(0.0), marker="o",
                             capsize=3, lw=1.8, color=color[row],
                             label=f"{row} (n={int(r['n'].max())})")
-        ax.set_xlabel(f"{axis.symbol} ({axis.key})")
-        ax.set_ylabel(spec.measures)
-        ax.set_title(block, fontsize=10)
-        ax.grid(alpha=0.3)
+        _style(ax, block, f"{axis.symbol} ({axis.key})", spec.measures)
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"{spec.name}: ours (mean ± std over seeds) beside the published rows (×)",
                  fontsize=11)

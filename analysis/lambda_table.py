@@ -29,7 +29,7 @@ def _groups(finals: pd.DataFrame, bench: str, K: int) -> list[tuple[str, pd.Data
     keys = ["method", *present_axes(g.columns)]
     out = []
     for values, sub in g.groupby(keys, dropna=False, sort=True):
-        key = dict(zip(keys, values if isinstance(values, tuple) else (values,), strict=True))
+        key = dict(zip(keys, values, strict=True))
         same = rows_at(neural, ((k, key[k]) for k in keys if k != "method"))
         out.append((_sub_label(key), with_shared_erm(sub, same)))
     return out
@@ -59,8 +59,7 @@ def _lambda_rows(bench: str, block: str, label: str, table: pd.DataFrame,
         row = f"{label}, {lam_label(r.lam)}"
         texts = []
         for m in metrics:
-            mean = rd.get(m, math.nan)
-            std, n = rd.get(f"{m}_std", math.nan), rd.get(f"{m}_n", 0)
+            mean, std, n = rd.get(m, math.nan), rd.get(f"{m}_std", math.nan), rd.get(f"{m}_n", 0)
             cells.append(Cell(bench, block, row, m, mean, std, int(n), "ours",
                               f"fixed {lam_label(r.lam)}", r.lam))
             texts.append(DASH if not np.isfinite(mean) else

@@ -4,7 +4,7 @@ wall time per trial, the trials kept with a warning and those excluded."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 
@@ -21,13 +21,9 @@ def warnings_section(finals: pd.DataFrame) -> str:
     warned = finals[finals["status"].fillna("").astype(str).str.startswith(OK_WARNING)]
     if warned.empty:
         return ""
-    rows = [[r["benchmark"], str(r["trial_id"]), r["method"], f"{r['lam']:g}", data_label(r),
-             str(r["K"]), str(r["seed"]), str(r["epoch"]),
-             str(r["status"]).removeprefix(OK_WARNING)]
-            for _, r in _in_order(warned).iterrows()]
     return ("## Trials with a warning (kept in means and selection)\n\n"
-            + md_table(["benchmark", "trial_id", "method", "λ", "data", "K", "seed",
-                        "reported epoch", "warning"], rows) + "\n")
+            + _trial_table(warned, "reported epoch", "warning",
+                           lambda r: str(r["status"]).removeprefix(OK_WARNING)) + "\n")
 
 
 def wall_section(df: pd.DataFrame) -> str:
@@ -62,21 +58,20 @@ def excluded_section(finals: pd.DataFrame) -> str:
     text = "## Diverged or failed trials (excluded from means and selection)\n\n"
     if bad.empty:
         return text + "None.\n"
-    rows = [[r["benchmark"], str(r["trial_id"]), r["method"], f"{r['lam']:g}", data_label(r),
-             str(r["K"]), str(r["seed"]), str(r["epoch"]), str(r.get("reason", "") or "excluded")]
-            for _, r in _in_order(bad).iterrows()]
-    return text + md_table(["benchmark", "trial_id", "method", "λ", "data", "K", "seed",
-                            "final epoch", "reason"], rows)
+    return text + _trial_table(bad, "final epoch", "reason",
+                               lambda r: str(r.get("reason", "") or "excluded"))
 
 
-def data_label(row: pd.Series) -> str:
-    """A trial's point on its benchmark's data axes ("σ=0.030", "train EB1"), or a dash."""
-    return ", ".join(data_labels(row)) or DASH
-
-
-def _in_order(rows: pd.DataFrame) -> pd.DataFrame:
-    keys = ["benchmark", "K", *(a for a in DATA_AXES if a in rows.columns), "lam", "seed"]
-    return rows.sort_values(keys)
+def _trial_table(trials: pd.DataFrame, epoch: str, last: str,
+                 text: Callable[[pd.Series], str]) -> str:
+    """A row per trial in grid order: its point on the data axes ("σ=0.030", "train EB1", or
+    a dash), its epoch (headed `epoch`) and `text` of the row (headed `last`)."""
+    keys = ["benchmark", "K", *(a for a in DATA_AXES if a in trials.columns), "lam", "seed"]
+    rows = [[r["benchmark"], str(r["trial_id"]), r["method"], f"{r['lam']:g}",
+             ", ".join(data_labels(r)) or DASH, str(r["K"]), str(r["seed"]), str(r["epoch"]),
+             text(r)] for _, r in trials.sort_values(keys).iterrows()]
+    return md_table(["benchmark", "trial_id", "method", "λ", "data", "K", "seed", epoch, last],
+                    rows)
 
 
 # What a benchmark's `describe` records per data point and seed (OUT/experiment.json's
@@ -97,8 +92,7 @@ def bias_section(bias: Sequence[dict]) -> str:
     rows = []
     for key, g in (frame.groupby(settings, sort=True) if settings else [((), frame)]):
         means = g.groupby(axis)[BIAS_VALUE].mean()
-        names = key if isinstance(key, tuple) else (key,)
-        rows.append([", ".join(map(str, names)) or "all"]
+        rows.append([", ".join(map(str, key)) or "all"]
                     + [fmt_num(float(means[v])) if v in means.index else "–" for v in values])
     return ("### Bias strength\n\nThe training accuracy of the best classifier that sees "
             "only the bias attribute c (the share of training images it classifies; 0.1 = no "

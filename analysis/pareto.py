@@ -31,8 +31,7 @@ def pareto_mask(frame: pd.DataFrame) -> pd.Series:
     pool = values[finite]
     for i in np.flatnonzero(finite):
         v = values[i]
-        dominated = (np.all(pool <= v, axis=1) & np.any(pool < v, axis=1)).any()
-        mask[i] = not dominated
+        mask[i] = not (np.all(pool <= v, axis=1) & np.any(pool < v, axis=1)).any()
     return pd.Series(mask, index=frame.index)
 
 
@@ -59,8 +58,8 @@ def pareto_front(finals: pd.DataFrame, rule: SelectionRule | None = None) -> pd.
     if not fronts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in [*study, *FRONT_COLUMNS]})
     out = pd.concat(fronts, ignore_index=True).reindex(columns=[*study, *FRONT_COLUMNS])
-    out = out.astype({"chosen": bool, "rule": "string",
-                                                "reason": "string", "trial_id": "string"})
+    out = out.astype({"chosen": bool, "rule": "string", "reason": "string",
+                      "trial_id": "string"})
     order = [k for k in study if k != "benchmark"]
     return out.sort_values([*order, "mi_eval"]).reset_index(drop=True)
 
@@ -76,8 +75,7 @@ def front_markdown(front: pd.DataFrame, finals: pd.DataFrame) -> str:
         return "\n".join(lines + ["No trial finished with a finite mi_eval.\n"])
     kept = finals[~excluded_mask(finals)]
     for key, study in front.groupby(_study_key(front), dropna=False, sort=True):
-        names = dict(zip(_study_key(front), key if isinstance(key, tuple) else (key,),
-                         strict=True))
+        names = dict(zip(_study_key(front), key, strict=True))
         point = " ".join(data_labels(names))
         lines.append(f"## {names.get('benchmark', '')} {point} seed={names.get('seed')}\n")
         lines.append("| | λ | K | mi_eval | train acc | test acc | trial |")

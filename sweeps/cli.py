@@ -460,8 +460,7 @@ def resolve(parser: argparse.ArgumentParser, benchmark: str,
         values["mine_ema_rate"] = None  # 0 on the command line: the plain DV gradient
     if isinstance(values.get("K"), int):
         values["K"] = [values["K"]]
-    lam_of = getattr(ns, "lam_of", None)
-    if lam_of:
+    if lam_of := getattr(ns, "lam_of", None):
         methods = values.get("method") or ["mi_backprop"]
         stray = [name for name, _ in lam_of if name not in methods]
         if stray:
@@ -523,13 +522,11 @@ def check_tuning(parser: argparse.ArgumentParser, values: dict,
     """A tuning sweep's arms, draws and --draw-of agree; --draw-of goes into `draw_of`."""
     arms = values.get("arms")
     if not arms:
-        for key in ("draws", "search_seed"):
-            if key in explicit:
-                parser.error(f"argument {flag_of(key)}: only a tuning sweep (--arms, the "
-                             f"`tune` presets) draws its points")
-        if draw_of:
-            parser.error("argument --draw-of: only a tuning sweep (--arms, the `tune` "
-                         "presets) draws its points")
+        given = [k for k in ("draws", "search_seed") if k in explicit] + (
+            ["draw_of"] if draw_of else [])
+        if given:
+            parser.error(f"argument {flag_of(given[0])}: only a tuning sweep (--arms, the "
+                         f"`tune` presets) draws its points")
         return
     if not values.get("draws"):
         parser.error("argument --arms: a tuning sweep needs --draws (draws per arm)")

@@ -74,16 +74,8 @@ class GridSpec:
     own_prog: str | None = None
 
     @property
-    def benchmark(self) -> str:
-        return self.bench.name
-
-    @property
     def experiment(self) -> str:
         return self.experiment_name or f"{self.bench.name}_grid"
-
-    @property
-    def presets(self) -> dict[str, dict[str, object]]:
-        return self.bench.presets
 
     @property
     def data_axes(self) -> tuple[str, ...]:
@@ -92,10 +84,6 @@ class GridSpec:
     @property
     def prog(self) -> str:
         return self.own_prog or f"python -m sweeps {self.bench.name}"
-
-    @property
-    def description(self) -> str:
-        return self.bench.description
 
     @property
     def out_name(self) -> str | None:
@@ -122,7 +110,7 @@ class GridSpec:
     def for_preset(self, preset: str) -> GridSpec:
         """The grid a preset runs: one naming an experiment of its own (digits' ablations)
         runs under it, over its own data axes where it lists them (sweeps/cli.py GRID_KEYS)."""
-        values = self.presets[preset]
+        values = self.bench.presets[preset]
         if "experiment" not in values:
             return self
         return replace(self, experiment_name=str(values["experiment"]),
@@ -218,10 +206,8 @@ class GridSpec:
                 POINT_KEY: tune.grid_search(trials)}
 
     def result_columns(self) -> dict[str, str]:
-        columns = {"method": "method", "lam": "lam", "K": "K", "seed": "seed",
-                   "epochs": "epochs", "arm": "arm", "draw": "draw"}
-        columns.update({key: key for key in self.data_axes})
-        return columns
+        return {key: key for key in ("method", "lam", "K", "seed", "epochs", "arm", "draw",
+                                     *self.data_axes)}
 
     def param_keys(self) -> tuple[str, ...]:
         return ("method", *self.data_axes, "arm", "draw", "lam", "K", "seed")
@@ -266,8 +252,9 @@ def bundle_points(points: list[dict], size: int, fixed: dict) -> list[dict]:
 
 
 def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
-    parser = build_parser(spec.prog, spec.description, spec.presets, benchmark=spec.bench)
-    args = resolve(parser, spec.benchmark, spec.presets, argv, name=spec.out_name)
+    bench = spec.bench
+    parser = build_parser(spec.prog, bench.description, bench.presets, benchmark=bench)
+    args = resolve(parser, bench.name, bench.presets, argv, name=spec.out_name)
     spec = spec.for_preset(args.preset)
     try:
         spec.check_read(args.values, args.explicit)
@@ -321,7 +308,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
                 errors.update(trial_errors(grid))
                 n_done += len(part)
         df = results_frame(trial_rows(records, fixed, points, errors), spec.experiment,
-                           spec.benchmark, spec.result_columns())
+                           spec.bench.name, spec.result_columns())
     except SweepError as exc:
         fail(str(exc))
     return finish(spec, args, df, loaded, after)
@@ -447,8 +434,6 @@ def warm_sources(spec: GridSpec, args: SweepArgs, points: list[dict],
             point = {**point, WARM_FROM: source}
         out.append(point)
     return out
-
-
 
 
 def check_local_gpu(args: SweepArgs) -> None:

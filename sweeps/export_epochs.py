@@ -206,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
         df = export_frame(df)
     from analysis.io import atomic_write_text
 
-    a.dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(a.dest, df.to_csv(index=False))
     print(f"wrote {a.dest}: {len(df)} epochs of {df.groupby(keys).ngroups} trials"
           + (f" ({kept} of them kept from the CSV it replaced)" if kept else ""))

@@ -146,8 +146,6 @@ def import_done(records: RecordStore, path: Path, done: list[tuple[dict, pd.Data
     return len(done)
 
 
-
-
 def point_records(records: RecordStore, fixed: dict, points: list[dict] | None = None
                   ) -> dict[str, tuple[pd.DataFrame, dict, str, bool]]:
     """Each grid point's (rows, flat config, its trial's key, whether that ended) by its key,

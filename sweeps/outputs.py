@@ -153,7 +153,6 @@ def write_outputs(args: SweepArgs, experiment: str, df: pd.DataFrame) -> list[Pa
     from analysis import build_all
     from analysis.io import atomic_write_parquet, atomic_write_text
 
-    args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.parquet"
     record = {"experiment": experiment, "benchmark": args.benchmark, "preset": args.preset,
               "values": args.values, "written": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -192,7 +192,7 @@ def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixe
               in point_records(records, fixed, points).items() if ended]
     if not trials:
         return pd.DataFrame()
-    rows = results_frame(trials, spec.experiment, spec.benchmark, spec.result_columns())
+    rows = results_frame(trials, spec.experiment, spec.bench.name, spec.result_columns())
     ok = rows[rows["status"].astype(str).str.startswith("ok")]
     whole = split_done(Path(ROWS_FILE), ok, points, fixed)[1]
     return export_frame(pd.concat([own for _, own in whole])) if whole else pd.DataFrame()
@@ -201,7 +201,7 @@ def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixe
 def parse(spec: GridSpec, argv: list[str] | None):
     from sweeps.cli import build_parser, driver_command
 
-    parser = build_parser("python -m sweeps piece", __doc__.splitlines()[0], spec.presets,
+    parser = build_parser("python -m sweeps piece", __doc__.splitlines()[0], spec.bench.presets,
                           benchmark=spec.bench)
     piece = parser.add_argument_group("a piece (sweeps/piece.py)")
     piece.add_argument("--budget", type=float, required=True, metavar="SECONDS",
@@ -227,7 +227,7 @@ def parse(spec: GridSpec, argv: list[str] | None):
         parser.error(f"argument --margin: {ns.margin:g}: must be in [0, 1)")
     if ns.max_members is not None and ns.max_members < 1:
         parser.error(f"argument --max-members: {ns.max_members}: must be >= 1")
-    args = resolve(parser, spec.benchmark, spec.presets, argv, name="piece",
+    args = resolve(parser, spec.bench.name, spec.bench.presets, argv, name="piece",
                    command=driver_command(spec.prog))
     return args, ns
 
@@ -262,8 +262,7 @@ def main(argv: list[str] | None = None, spec: GridSpec | None = None) -> int:
         from sweeps.digits_grid import GRID as spec
     args, ns = parse(spec, argv)
     spec = spec.for_preset(args.preset)
-    start = time.monotonic()
-    deadline = start + ns.budget
+    deadline = time.monotonic() + ns.budget
     try:
         points = spec.validate(args.values)
         fixed = spec.fixed_values(args.values)
@@ -337,6 +336,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
               costs: Costs, most: int, stamp: dict[str, str], deadline: float) -> int:
     """Run bundles of `todo` while the next fits in the time left, writing the whole rows
     after each."""
+    from analysis.io import atomic_write_text
     from unbiased.trial import MEMBERS_KEY, run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
@@ -375,7 +375,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
             print(f"piece: {len(members) - whole} of its trials did not finish (an error, or "
                   f"diverged): --done takes only whole trials", flush=True)
         if not rows.empty:
-            _write(args.out, rows)
+            atomic_write_text(args.out / ROWS_FILE, rows.to_csv(index=False))
         log.append({"trial_id": session.key, "members": len(members), "whole": whole,
                     "left_s": round(left, 2), "estimate_s": round(estimate, 2),
                     "reserve": ns.margin, "seconds": round(seconds, 1),
@@ -403,13 +403,6 @@ def _members(trial: dict) -> list[dict]:
 def _point(spec: GridSpec, point: dict) -> str:
     return " ".join(f"{k} {point[k]:g}" if isinstance(point[k], float) else f"{k} {point[k]}"
                     for k in (*spec.data_axes, "lam", "seed") if k in point)
-
-
-def _write(out: Path, rows: pd.DataFrame) -> None:
-    from analysis.io import atomic_write_text
-
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / ROWS_FILE, rows.to_csv(index=False))
 
 
 def _write_plan(out: Path, ns: argparse.Namespace, stamp: dict, shape: Shape,

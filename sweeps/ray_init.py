@@ -122,13 +122,10 @@ def check_all_joined(address: str | None, expect: list[str], nodes: list[NodeSha
     who = ", ".join(missing) if missing else f"{len(expect) - len(joined)} of them"
     raise SweepError(
         f"{len(joined)} of the job's {len(expect)} nodes joined the Ray at {address} within "
-        f"{wait_s:g} s ({SWEEP_NODES_HINT}): {who} did not. Their `ray start` was given "
+        f"{wait_s:g} s ({NODES_WAIT_ENV} waits longer): {who} did not. Their `ray start` was given "
         f"{address}: a node that cannot reach it (a firewall, another network: set "
         f"SWEEP_HEAD_IP to the head's address on the job's network) or whose Ray cannot "
         f"start (its lines above)")
-
-
-SWEEP_NODES_HINT = f"{NODES_WAIT_ENV} waits longer"
 
 
 def autoscaler_node_types(path: Path = AUTOSCALER_CONFIG) -> list[NodeShape]:

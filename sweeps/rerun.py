@@ -43,7 +43,7 @@ def specs() -> dict[str, GridSpec]:
     for name in registered():
         grid = benchmark_grid(name)
         out[grid.experiment] = grid
-        for preset, values in grid.presets.items():
+        for preset, values in grid.bench.presets.items():
             if "experiment" in values:
                 out.setdefault(str(values["experiment"]), grid.for_preset(preset))
     return {**out, **{search: out[f"{bench}_grid"] for search, bench in SEARCHES.items()}}

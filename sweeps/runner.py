@@ -25,10 +25,25 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
     """Run the trials of `param_space`; `n_done` of the sweep's finished in earlier launches."""
     from ray import tune
 
+    from sweeps import trackers
+
     ray_private.skip_callback_usage_tags()
     storage = storage_dir(args)
-    tuner = new_tuner(args, experiment, storage, tune.with_resources(trainable, resources),
-                      param_space, param_keys, n_trials, search_alg, num_samples, n_done)
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, resources),
+        # The trial's session finds its record there (trainables/tune_trial.py).
+        param_space={**param_space, RECORDS_KEY: records_root(storage, experiment)},
+        tune_config=tune.TuneConfig(reuse_actors=True, scheduler=make_scheduler(args),
+                                    search_alg=search_alg, num_samples=num_samples),
+        run_config=tune.RunConfig(
+            name=experiment, storage_path=storage,
+            failure_config=tune.FailureConfig(max_failures=args.max_failures),
+            stop=stopper(), verbose=0,
+            callbacks=[progress_callback(param_keys, n_trials + n_done, n_done,
+                                         RecordStore.at(storage, experiment), experiment),
+                       *trackers.callbacks(args, param_keys)],
+        ),
+    )
     grid = None
     with StopSignals(args) as stop:
         try:
@@ -47,31 +62,6 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
         print("the stop signal came after every trial had finished: writing the results",
               flush=True)
     return grid
-
-
-def new_tuner(args: SweepArgs, experiment: str, storage: str, trainable, param_space: dict,
-              param_keys: tuple[str, ...], n_trials: int, search_alg, num_samples: int,
-              n_done: int = 0):
-    from ray import tune
-
-    from sweeps import trackers
-
-    return tune.Tuner(
-        trainable,
-        # The trial's session finds its record there (trainables/tune_trial.py).
-        param_space={**param_space, RECORDS_KEY: records_root(storage, experiment)},
-        tune_config=tune.TuneConfig(reuse_actors=True, scheduler=make_scheduler(args),
-                                    search_alg=search_alg, num_samples=num_samples),
-        run_config=tune.RunConfig(
-            name=experiment, storage_path=storage,
-            failure_config=tune.FailureConfig(max_failures=args.max_failures),
-            stop=stopper(),
-            verbose=0,
-            callbacks=[progress_callback(param_keys, n_trials + n_done, n_done,
-                                         RecordStore.at(storage, experiment), experiment),
-                       *trackers.callbacks(args, param_keys)],
-        ),
-    )
 
 
 def make_scheduler(args: SweepArgs):

@@ -41,12 +41,8 @@ def draw(arm_name: str, count: int, search_seed: int) -> list[dict[str, object]]
     space = arm_space(arm, method_class(arm.method), ERM)
     rng = np.random.default_rng([search_seed, zlib.crc32(arm_name.encode())])
     domains = {key: tune_domain(space[key]) for key in sorted(space)}
-    out = []
-    for _ in range(count):
-        drawn = {key: _rounded(domain.sample(random_state=rng))
-                 for key, domain in domains.items()}
-        out.append({**drawn, **arm.held})
-    return out
+    return [{**{key: _rounded(domain.sample(random_state=rng))
+                for key, domain in domains.items()}, **arm.held} for _ in range(count)]
 
 
 def search_points(values: dict, data_axes: tuple[str, ...]) -> list[dict]:

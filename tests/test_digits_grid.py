@@ -266,7 +266,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
     from unbiased.methods.mi_backprop import INNER_Z_MODES
 
     spec = benchmark_grid(driver)
-    parser = build_parser(spec.prog, "d", spec.presets, benchmark=spec.bench)
+    parser = build_parser(spec.prog, "d", spec.bench.presets, benchmark=spec.bench)
     flags = {a.dest: a for a in parser._actions}
     for cls in METHODS.values():
         for f in fields(cls.Config):
@@ -278,9 +278,9 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
             "--channels-last", "--amp", "--compile", "--bank-size", "8", "--head-hidden",
             "16", "--head-lr", "0.01", "--hsic-bandwidth", "2", "--eval-batch-size", "7",
             "--mine-standardize", "--mi-guard", "--inner-z", "first_k"]
-    if spec.benchmark == "digits":
+    if spec.bench.name == "digits":
         argv += ["--z-relu", "--width", "16", "--palette", "distinct"]
-    args = resolve(parser, spec.benchmark, spec.presets, argv)
+    args = resolve(parser, spec.bench.name, spec.bench.presets, argv)
     spec.check_keys(args.values)
     fixed = spec.fixed_values(args.values)
     expected = {"theta_update": "joint", "mine_ema_rate": None, "mine_hidden": 32,
@@ -289,7 +289,7 @@ def test_every_method_setting_has_a_flag_that_reaches_the_trial_config(driver):
                 "head_hidden": 16, "head_lr": 0.01, "hsic_bandwidth": 2.0,
                 "eval_batch_size": 7, "mine_standardize": True, "mi_guard": True,
                 "inner_z": "first_k"}
-    if spec.benchmark == "digits":
+    if spec.bench.name == "digits":
         expected.update({"z_relu": True, "width": 16, "palette": "distinct"})
     for key, value in expected.items():
         assert fixed[key] == value, (driver, key)

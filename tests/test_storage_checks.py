@@ -195,7 +195,7 @@ def test_a_clusters_trials_get_more_restarts_than_a_local_sweeps(flags, expected
     from sweeps.digits_grid import GRID
     from unbiased.benchmarks.digits.spec import DIGITS
 
-    parser = build_parser(GRID.prog, GRID.description, DIGITS, benchmark=GRID.bench)
+    parser = build_parser(GRID.prog, GRID.bench.description, DIGITS, benchmark=GRID.bench)
     assert resolve(parser, "digits", DIGITS, flags).max_failures == expected
 
 
@@ -209,7 +209,7 @@ def test_a_sweep_started_as_a_ray_job_joins_the_jobs_cluster_under_its_storage_r
     from sweeps.digits_grid import GRID
     from unbiased.benchmarks.digits.spec import DIGITS
 
-    parser = build_parser(GRID.prog, GRID.description, DIGITS, benchmark=GRID.bench)
+    parser = build_parser(GRID.prog, GRID.bench.description, DIGITS, benchmark=GRID.bench)
     assert resolve(parser, "digits", DIGITS, []).address is None  # not a job: a local Ray
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"runtime_env": {}}')
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")

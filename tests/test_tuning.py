@@ -51,7 +51,7 @@ def test_each_draw_is_fixed_by_the_seed_arm_and_index_and_lies_in_its_distributi
 
 def test_a_tuning_preset_runs_every_arm_the_same_draws_on_every_seed():
     spec = benchmark_grid("digits")
-    values = {**spec.presets["tune"], "seeds": [0, 1]}
+    values = {**spec.bench.presets["tune"], "seeds": [0, 1]}
     points = search_points(values, ("sigma",))
     assert len(points) == len(ARMS) * 5 * 2
     by_seed = {s: [(p["arm"], p["draw"], p["lam"], p[SETTINGS_KEY]) for p in points
@@ -71,7 +71,7 @@ def test_a_tuning_preset_runs_every_arm_the_same_draws_on_every_seed():
 
 def test_a_drawn_setting_reaches_the_trials_config_over_the_presets_value():
     spec = benchmark_grid("digits")
-    values = spec.presets["tune"]
+    values = spec.bench.presets["tune"]
     point = next(p for p in search_points(values, ("sigma",)) if p["arm"] == "group_dro")
     config = flat_config({**spec.fixed_values(values), "point": point})
     assert config["lr"] == point[SETTINGS_KEY]["lr"] != values["lr"]

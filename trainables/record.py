@@ -121,8 +121,9 @@ class RecordStore:
         except (FileNotFoundError, OSError):
             return None
 
-    def _listing(self, path: str) -> list[pafs.FileInfo]:
-        return self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    def _listing(self, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        return self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive,
+                                                       allow_not_found=True))
 
     def start(self, key: str, config: dict) -> None:
         for name in (ROWS_FILE, END_FILE):
@@ -167,9 +168,8 @@ class RecordStore:
         ended = None if end is None else json.loads(end)["status"]
         rows = _rows(self._read(f"{self._dir(key)}/{ROWS_FILE}") or b"")
         present = {info.path.rpartition(f"/{CHECKPOINT_DIR}/")[2]
-                   for info in self.fs.get_file_info(pafs.FileSelector(
-                       f"{self._dir(key)}/{CHECKPOINT_DIR}", recursive=True,
-                       allow_not_found=True)) if info.type == pafs.FileType.File}
+                   for info in self._listing(f"{self._dir(key)}/{CHECKPOINT_DIR}", recursive=True)
+                   if info.type == pafs.FileType.File}
         for i in range(len(rows) - 1, -1, -1):
             named = rows[i].get(_CHECKPOINT)
             if named is None:

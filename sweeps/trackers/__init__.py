@@ -24,6 +24,11 @@ def active(args: SweepArgs) -> list[Tracker]:
     return [t for t in TRACKERS.values() if t.active(args)]
 
 
+def with_state(args: SweepArgs) -> list[tuple[Tracker, dict]]:
+    """The active trackers with the state their `start` recorded."""
+    return [(t, state) for t in active(args) if (state := t.state(args.out)) is not None]
+
+
 def check_installed(args: SweepArgs) -> None:
     for tracker in active(args):
         tracker.check_installed(args)
@@ -35,12 +40,12 @@ def start(args: SweepArgs, experiment: str) -> None:
 
 
 def callbacks(args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-    return [cb for tracker in active(args) for cb in tracker.callbacks(args, param_keys)]
+    return [tracker.callback(state, param_keys) for tracker, state in with_state(args)]
 
 
 def finish(args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
-    for tracker in active(args):
-        tracker.finish(args, df, written)
+    for tracker, state in with_state(args):
+        tracker.finish(args, state, df, written)
 
 
 def hints(args: SweepArgs, storage: str) -> list[str]:
@@ -49,6 +54,6 @@ def hints(args: SweepArgs, storage: str) -> list[str]:
     local = "://" not in storage
     events = not local or any(Path(storage).rglob("events.out.tfevents.*"))
     lines = [f"TensorBoard: tensorboard --logdir {shlex.quote(storage)}"] if events else []
-    for tracker in active(args):
-        lines += tracker.hints(args)
+    for tracker, state in with_state(args):
+        lines += tracker.hints(state)
     return lines

@@ -5,6 +5,7 @@ trials never talk to it) and then attaches the results; its state in OUT/<name>.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from pathlib import Path
@@ -66,9 +67,12 @@ def tags_of(config: dict) -> dict[str, str]:
 
 
 class Tracker:
-    """One tracker. `name` is its `--tracker` value."""
+    """One tracker. `name` is its `--tracker` value, its module's and its extra's name;
+    `package` names it in the error where it is not installed. The methods after `start`
+    are called only where `start` recorded the tracker's `state`."""
 
     name: str = ""
+    package: str = ""
 
     def active(self, args: SweepArgs) -> bool:
         return self.name in args.tracker
@@ -76,6 +80,11 @@ class Tracker:
     def state(self, out: Path) -> dict | None:
         path = out / f"{self.name}.json"
         return json.loads(path.read_text()) if path.is_file() else None
+
+    def write_state(self, out: Path, state: dict) -> None:
+        from analysis.io import atomic_write_text
+
+        atomic_write_text(out / f"{self.name}.json", json.dumps(state, indent=2))
 
     def resumed(self, args: SweepArgs, where: str) -> dict | None:
         """On --resume, the recorded state, this tracker added to args.tracker when the sweep
@@ -93,16 +102,24 @@ class Tracker:
 
     def check_installed(self, args: SweepArgs) -> None:
         """Raise SweepError (one line naming the extra) when asked for but not installed."""
+        try:
+            importlib.import_module(self.name)
+        except ImportError:
+            raise SweepError(f"--tracker {self.name} needs {self.package}, which is not "
+                             f"installed: pip install 'unbiased-mi[{self.name}]' (in a "
+                             f"checkout: pip install -e '.[{self.name}]')") from None
 
     def start(self, args: SweepArgs, experiment: str) -> None:
         """Before Ray: create (or on --resume find) the sweep's runs."""
 
-    def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-        return []
+    def callback(self, state: dict, param_keys: tuple[str, ...]) -> object:
+        """The Tune callback that logs the trials."""
+        raise NotImplementedError
 
-    def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
+    def finish(self, args: SweepArgs, state: dict, df: pd.DataFrame,
+               written: list[Path]) -> None:
         """After the analysis: each trial's selected epoch, the results files attached."""
 
-    def hints(self, args: SweepArgs) -> list[str]:
+    def hints(self, state: dict) -> list[str]:
         """The driver's last lines: how to look at (or upload) what was logged."""
         return []

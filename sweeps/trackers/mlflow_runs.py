@@ -6,7 +6,6 @@ run's id is kept in OUT/mlflow.json, so `--resume` continues the same runs.
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,14 +18,6 @@ if TYPE_CHECKING:
 
     from sweeps.cli import SweepArgs
 
-STATE_FILE = "mlflow.json"
-EXTRA = "pip install 'unbiased-mi[mlflow]' (in a checkout: pip install -e '.[mlflow]')"
-
-
-def default_uri(out: Path) -> str:
-    """A local store inside OUT. MLflow 3 refuses its old file store by default, so an SQLite
-    database: `mlflow ui --backend-store-uri` takes the same URI."""
-    return f"sqlite:///{(out / 'mlflow.db').resolve()}"
 
 
 def _local_store(uri: str) -> bool:
@@ -34,20 +25,13 @@ def _local_store(uri: str) -> bool:
 
 
 class MLflowTracker(Tracker):
-    name = "mlflow"
-
-    def check_installed(self, args: SweepArgs) -> None:
-        try:
-            import mlflow  # noqa: F401
-        except ImportError:
-            raise SweepError(f"--tracker mlflow needs MLflow, which is not installed: {EXTRA}"
-                             ) from None
+    name, package = "mlflow", "MLflow"
 
     def start(self, args: SweepArgs, experiment: str) -> None:
-        if args.resume and args.tracking_uri and (self.state(args.out) or {}).get(
-                "tracking_uri", args.tracking_uri) != args.tracking_uri:
+        recorded = (self.state(args.out) or {}).get("tracking_uri") if args.resume else None
+        if args.tracking_uri and recorded is not None and args.tracking_uri != recorded:
             raise SweepError(f"--tracking-uri {args.tracking_uri}: the sweep in {args.out} "
-                             f"logs to {self.state(args.out)['tracking_uri']} (OUT/{STATE_FILE})")
+                             f"logs to {recorded} (OUT/{self.name}.json)")
         previous = self.resumed(args, "MLflow at {tracking_uri}")
         if previous is not None:
             args.tracking_uri = previous["tracking_uri"]
@@ -57,10 +41,10 @@ class MLflowTracker(Tracker):
             return
         from mlflow.tracking import MlflowClient
 
-        from analysis.io import atomic_write_text
-
         args.out.mkdir(parents=True, exist_ok=True)
-        uri = args.tracking_uri or default_uri(args.out)
+        # Else a local store inside OUT. MLflow 3 refuses its old file store by default, so an
+        # SQLite database: `mlflow ui --backend-store-uri` takes the same URI.
+        uri = args.tracking_uri or f"sqlite:///{(args.out / 'mlflow.db').resolve()}"
         name = args.out.resolve().name
         try:
             client = MlflowClient(tracking_uri=uri)
@@ -80,20 +64,15 @@ class MLflowTracker(Tracker):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SweepError(f"cannot log to MLflow at {uri}: {first[:300]}") from None
         args.tracking_uri = uri
-        atomic_write_text(args.out / STATE_FILE, json.dumps({
+        self.write_state(args.out, {
             "tracking_uri": uri, "experiment": name, "experiment_id": experiment_id,
-            "parent_run_id": parent.info.run_id}, indent=2))
+            "parent_run_id": parent.info.run_id})
 
-    def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-        state = self.state(args.out)
-        if state is None:
-            return []
-        return [_trial_runs_callback()(state, param_keys)]
+    def callback(self, state: dict, param_keys: tuple[str, ...]) -> object:
+        return _trial_runs_callback()(state, param_keys)
 
-    def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
-        state = self.state(args.out)
-        if state is None:
-            return
+    def finish(self, args: SweepArgs, state: dict, df: pd.DataFrame,
+               written: list[Path]) -> None:
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(tracking_uri=state["tracking_uri"])
@@ -116,10 +95,7 @@ class MLflowTracker(Tracker):
                                     artifact_path=None if rel in (None, Path(".")) else str(rel))
         client.set_terminated(parent, status="FINISHED")
 
-    def hints(self, args: SweepArgs) -> list[str]:
-        state = self.state(args.out)
-        if state is None:
-            return []
+    def hints(self, state: dict) -> list[str]:
         uri = state["tracking_uri"]
         if _local_store(uri):
             return [f"MLflow: mlflow ui --backend-store-uri {shlex.quote(uri)}"]

@@ -8,7 +8,6 @@ not logged twice). OUT/wandb.json keeps the project and group.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import shlex
@@ -25,22 +24,18 @@ if TYPE_CHECKING:
 
     from sweeps.cli import SweepArgs
 
-STATE_FILE = "wandb.json"
-EXTRA = "pip install 'unbiased-mi[wandb]' (in a checkout: pip install -e '.[wandb]')"
 UPLOAD_TIMEOUT_S = 300  # the runs' closing at the end (online: the last epochs' upload)
 RUN_DIR = "wandb"  # under OUT: wandb.init(dir=OUT) keeps its runs in OUT/wandb
 
 
 class WandbTracker(Tracker):
-    name = "wandb"
+    name = package = "wandb"
 
     def check_installed(self, args: SweepArgs) -> None:
         """wandb installed, and online an API key (else the callback fails once trials run)."""
-        try:
-            import wandb
-        except ImportError:
-            raise SweepError(f"--tracker wandb needs wandb, which is not installed: {EXTRA}"
-                             ) from None
+        super().check_installed(args)
+        import wandb
+
         if os.environ.get("WANDB_MODE") in ("offline", "disabled"):
             return
         if not os.environ.get("WANDB_API_KEY") and not _logged_in(wandb):
@@ -52,30 +47,24 @@ class WandbTracker(Tracker):
         recorded = self.state(args.out) if args.resume else None
         if recorded and args.wandb_project and args.wandb_project != recorded["project"]:
             raise SweepError(f"--wandb-project {args.wandb_project}: the sweep in {args.out} "
-                             f"logs to project {recorded['project']} (OUT/{STATE_FILE})")
+                             f"logs to project {recorded['project']} (OUT/{self.name}.json)")
         if self.resumed(args, "W&B project {project}") is not None:
             self.check_installed(args)
             return
         if "wandb" not in args.tracker:
             return
-        from analysis.io import atomic_write_text
-
-        args.out.mkdir(parents=True, exist_ok=True)
         name = args.out.resolve().name
-        atomic_write_text(args.out / STATE_FILE, json.dumps({
+        self.write_state(args.out, {
             "project": args.wandb_project or name, "group": name, "sweep": experiment,
             "benchmark": args.benchmark, "preset": args.preset,
-            "dir": str(args.out.resolve())}, indent=2))
+            "dir": str(args.out.resolve())})
 
-    def callbacks(self, args: SweepArgs, param_keys: tuple[str, ...]) -> list:
-        state = self.state(args.out)
-        return [] if state is None else [_trial_runs_callback()(state, param_keys)]
+    def callback(self, state: dict, param_keys: tuple[str, ...]) -> object:
+        return _trial_runs_callback()(state, param_keys)
 
-    def finish(self, args: SweepArgs, df: pd.DataFrame, written: list[Path]) -> None:
+    def finish(self, args: SweepArgs, state: dict, df: pd.DataFrame,
+               written: list[Path]) -> None:
         """The summary run: the outputs as one artifact, table.parquet as a W&B table."""
-        state = self.state(args.out)
-        if state is None:
-            return
         import pandas as pd
         import wandb
 
@@ -100,10 +89,7 @@ class WandbTracker(Tracker):
                 run.summary[f"status/{row.trial_id}"] = str(row.status)
         run.finish()
 
-    def hints(self, args: SweepArgs) -> list[str]:
-        state = self.state(args.out)
-        if state is None:
-            return []
+    def hints(self, state: dict) -> list[str]:
         runs = Path(state["dir"]) / RUN_DIR
         if os.environ.get("WANDB_MODE") == "offline":
             return [f"W&B: offline runs in {runs}; upload: wandb sync --include-offline "
@@ -122,14 +108,9 @@ class RunWriter:
         self._thread = threading.Thread(target=self._write, name="wandb-runs", daemon=True)
         self._thread.start()
 
-    def start(self, run_id: str, **init_kwargs) -> None:
-        self._tasks.put(("start", run_id, init_kwargs))
-
-    def log(self, run_id: str, metrics: dict[str, float], step: int) -> None:
-        self._tasks.put(("log", run_id, (metrics, step)))
-
-    def finish(self, run_id: str) -> None:
-        self._tasks.put(("finish", run_id, None))
+    def put(self, kind: str, run_id: str, payload: object = None) -> None:
+        """Queue a run's "start" (wandb.init's kwargs), "log" ((metrics, step)) or "finish"."""
+        self._tasks.put((kind, run_id, payload))
 
     def close(self, timeout_s: float) -> bool:
         """Finish every open run and wait until wandb-core has written them out and exited;
@@ -194,15 +175,15 @@ def _trial_runs_callback():
             state = self.state
             for run_id, config in self._points_of(trial):
                 name = " ".join(f"{k}={config[k]}" for k in self.param_keys if k in config)
-                self.writer.start(
-                    run_id, name=name or run_id, resume="allow", allow_val_change=True,
+                self.writer.put("start", run_id, dict(
+                    name=name or run_id, resume="allow", allow_val_change=True,
                     group=state["group"], project=state["project"], dir=state["dir"],
                     job_type="trial", tags=[f"{k}={v}" for k, v in tags_of(config).items()],
                     config={k: v for k, v in config.items() if v is None or isinstance(
                         v, str | int | float | bool | list | tuple | dict)},
                     # Every run is in the driver: the system metrics would be the driver
                     # node's, and its console output in every run.
-                    settings={"console": "off", "x_disable_stats": True})
+                    settings={"console": "off", "x_disable_stats": True}))
 
         def log_trial_result(self, iteration: int, trial, result: dict) -> None:
             if self.writer is None or trial.trial_id not in self.points:
@@ -216,12 +197,12 @@ def _trial_runs_callback():
             for run_id, part in own:
                 if part is not None:
                     epoch = part.get("epoch", part.get("training_iteration"))
-                    self.writer.log(run_id, metrics_of(part), step=int(epoch))
+                    self.writer.put("log", run_id, (metrics_of(part), int(epoch)))
 
         def log_trial_end(self, trial, failed: bool = False) -> None:
             if self.writer is not None:
                 for run_id, _ in self._points_of(trial):
-                    self.writer.finish(run_id)
+                    self.writer.put("finish", run_id)
 
         def on_experiment_end(self, trials, **info) -> None:
             """Every run finished, also when a signal stopped the sweep (it ends no trial)."""
