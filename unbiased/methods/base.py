@@ -276,24 +276,25 @@ class ERM:
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
         """One mini-batch. Returns detached (task loss, penalty): no device sync per step."""
         loss_task = F.cross_entropy(self.f(self._features(x)), y)
-        self.model_opt.zero_grad(set_to_none=True)
-        loss_task.backward()
-        self.model_opt.step()
+        self.model_step(loss_task)
         return loss_task.detach(), torch.zeros((), device=self.device)
+
+    def model_step(self, loss: torch.Tensor) -> None:
+        """One step of g and f on `loss`."""
+        self.model_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.model_opt.step()
 
     def task_step(self, loss_task: torch.Tensor, penalty: Callable[[bool], torch.Tensor]
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of g and f on loss_task + lam * penalty(False). At lam = 0 the penalty is
         only measured, as penalty(True) (z detached) without gradient."""
-        self.model_opt.zero_grad(set_to_none=True)
         if self.cfg.lam == 0:
-            loss_task.backward()
-            self.model_opt.step()
+            self.model_step(loss_task)
             with torch.no_grad():
                 return loss_task.detach(), penalty(True)
         value = penalty(False)
-        (loss_task + self.cfg.lam * value).backward()
-        self.model_opt.step()
+        self.model_step(loss_task + self.cfg.lam * value)
         return loss_task.detach(), value.detach()
 
     def run_epoch(self, train: Split | None = None) -> EpochStats:

@@ -83,9 +83,7 @@ class GroupDRO(GroupMethod):
             return self.task_step(losses.mean(), lambda detach: robust_loss(
                 self.q, losses.detach() if detach else losses, groups, step, adjust))
         robust = robust_loss(self.q, losses, groups, step, adjust)
-        self.model_opt.zero_grad(set_to_none=True)
-        robust.backward()
-        self.model_opt.step()
+        self.model_step(robust)
         return losses.detach().mean(), robust.detach()
 
     @torch.no_grad()

@@ -68,7 +68,5 @@ class GroupReweight(GroupMethod):
         losses = F.cross_entropy(self.f(self._features(x)), y, reduction="none")
         weights = self.row_weight[rows]
         weighted = (weights * losses).sum() / weights.sum()
-        self.model_opt.zero_grad(set_to_none=True)
-        weighted.backward()
-        self.model_opt.step()
+        self.model_step(weighted)
         return losses.detach().mean(), weighted.detach()
