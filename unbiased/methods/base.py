@@ -29,6 +29,7 @@ from unbiased.data import (
     group_accuracies,
     worst_group_name,
 )
+from unbiased.mine import permutation
 from unbiased.models import INPUT_NORMS, MODELS, InputNorm, linear_classifier, map_channels
 from unbiased.search import Choice, LogUniform, Space
 from unbiased.settings import setting, setting_problems
@@ -253,9 +254,6 @@ class ERM:
                 base = group.setdefault("base_lr", group["lr"])
                 group["lr"] = base * factor
 
-    def _permutation(self, n: int) -> torch.Tensor:
-        return torch.randperm(n, generator=self.gen, device=self.gen.device).to(self.device)
-
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         if self.input_norm is not None:
             x = self.input_norm(x)
@@ -267,7 +265,7 @@ class ERM:
     def epoch_order(self, n: int) -> torch.Tensor:
         if self.batch_sampler is not None:
             return self.batch_sampler.epoch(self.cfg.batch_size, self.method_gen)
-        return self._permutation(n)
+        return permutation(n, self.gen, self.device)
 
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
         """Called before the first batch of every epoch with the epoch's row order."""

@@ -259,10 +259,7 @@ def build_splits(index: ImdbIndex, sizes: dict[str, int | None] | None = None,
     pools = {"EB1": np.flatnonzero(~is_test & masks["EB1"]),
              "EB2": np.flatnonzero(~is_test & masks["EB2"]),
              "test": np.flatnonzero(is_test)}
-    rows = {}
-    for name, pool in pools.items():
-        cap = sizes.get(name)
-        rows[name] = _hash_order(index, pool)[:cap]
+    rows = {name: _hash_order(index, pool)[:sizes.get(name)] for name, pool in pools.items()}
     return ImdbSplits(rows, {k: len(v) for k, v in pools.items()})
 
 
