@@ -339,19 +339,20 @@ class ERM:
 
     def train_eval_set(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.last_train is None:
-            z, _ = self.outputs(self.bench.train, self.eval_rows)
-            y, c = _rows(self.bench.train.y, self.eval_rows), _rows(
-                self.bench.train.c, self.eval_rows)
-            self.last_train = (z, y, c)
+            self._train_logits()
         return self.last_train
+
+    def _train_logits(self) -> torch.Tensor:
+        """f's logits of the evaluated training rows; their z, y and c go to last_train."""
+        train, rows = self.bench.train, self.eval_rows
+        z, logits = self.outputs(train, rows)
+        self.last_train = (z, rows_of(train.y, rows), rows_of(train.c, rows))
+        return logits
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        rows = self.eval_rows
-        z, logits = self.outputs(self.bench.train, rows)
-        y, c = _rows(self.bench.train.y, rows), _rows(self.bench.train.c, rows)
-        self.last_train = (z, y, c)
-        pred = logits.argmax(1)
+        pred = self._train_logits().argmax(1)
+        z, y, c = self.last_train
         metrics = {"train_acc": _acc(pred, y), "mi": self.train_mi(z, c)}
         outs = {"train": SplitOutputs(pred, y, c)}
         for name, split in self.bench.eval_splits.items():
@@ -394,15 +395,13 @@ class ERM:
         60,000) and a subset would keep a sixth of them. With `group_rows`, at most that
         many rows of each group."""
         groups, count = self.bench.train_groups()
+        train = self.bench.train
         if group_rows <= 0:
-            z = self.train_features()
-            return z, self.bench.train.y, self.bench.train.c, balanced_weights(
+            return self.train_features(), train.y, train.c, balanced_weights(
                 groups, count).to(self.device)
         rows = capped_group_rows(groups, group_rows, seed)
-        z = self.outputs(self.bench.train, rows)[0]
-        train = self.bench.train
-        return z, train.y[rows], train.c[rows], balanced_weights(groups[rows], count).to(
-            self.device)
+        return self.outputs(train, rows)[0], train.y[rows], train.c[rows], balanced_weights(
+            groups[rows], count).to(self.device)
 
     def train_features(self) -> torch.Tensor:
         return self.outputs(self.bench.train)[0]
@@ -518,7 +517,7 @@ def _cpu_bytes(state: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-def _rows(values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+def rows_of(values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     return values if rows is None else values[rows]
 
 

@@ -37,12 +37,10 @@ BATCHED_SEED_OFFSET = 4_000_037
 def bundle_problems(members: list[MIBackprop]) -> list[str]:
     if not members:
         return ["a bundle needs at least one member"]
-    problems = []
-    first = members[0]
     if not all(type(m) is MIBackprop for m in members):
-        problems.append("every member must be an mi_backprop trial")
-        return problems
-    cfg = first.cfg
+        return ["every member must be an mi_backprop trial"]
+    problems = []
+    cfg = members[0].cfg
     if cfg.inner_z != "batch":
         problems.append(f"bundles train inner_z 'batch' only, got {cfg.inner_z!r}")
     if cfg.mine_optimizer != "adam":

@@ -18,7 +18,7 @@ from torch import nn
 
 from unbiased.data import Benchmark, GroupSampler, Split, balanced_weights
 from unbiased.graphs import GraphedStep, graph_obstacles
-from unbiased.methods.base import ERM, EpochStats, TrainConfig
+from unbiased.methods.base import ERM, EpochStats, TrainConfig, rows_of
 from unbiased.mine import MINE, estimate_mi, permutation
 from unbiased.search import LogUniform
 from unbiased.settings import setting
@@ -356,10 +356,7 @@ class MIBackprop(ERM):
         return self.step_graph is not None and self.step_graph.in_use("trial")
 
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
-        weights = None
-        if self.row_weight is not None:
-            weights = self.row_weight if self.eval_rows is None else self.row_weight[
-                self.eval_rows]
+        weights = None if self.row_weight is None else rows_of(self.row_weight, self.eval_rows)
         return estimate_mi(self.mine, z, c, self.cfg.batch_size,
                            generator=self.eval_generator(), weights=weights)
 

@@ -185,11 +185,10 @@ def fetch_mnist(root: str | os.PathLike) -> list[str]:
     raw = root / "MNIST" / "raw"
     had = all((raw / name).is_file() for name in MNIST_FILES)
     digits = load_mnist(root, download=True)
-    lines = [f"full MNIST in {raw} ({'there already, read' if had else 'downloaded'}):"]
-    for path in sorted(p for p in raw.iterdir() if p.is_file()):
-        lines.append(f"  {path.name}  {path.stat().st_size:,} bytes")
-    lines.append(f"  {len(digits.train_y):,} train / {len(digits.test_y):,} test digits")
-    return lines
+    return [f"full MNIST in {raw} ({'there already, read' if had else 'downloaded'}):",
+            *(f"  {path.name}  {path.stat().st_size:,} bytes"
+              for path in sorted(p for p in raw.iterdir() if p.is_file())),
+            f"  {len(digits.train_y):,} train / {len(digits.test_y):,} test digits"]
 
 
 def load_grey_digits(source: str, root: str | os.PathLike | None = None,

@@ -264,11 +264,9 @@ def build_splits(index: ImdbIndex, sizes: dict[str, int | None] | None = None,
 
 
 def describe_splits(splits: ImdbSplits) -> str:
-    parts = []
-    for name in ("EB1", "EB2", "test"):
-        n, pool = len(splits.rows[name]), splits.pools[name]
-        parts.append(f"{name} {n:,} (paper {PAPER_SIZES[name]:,}; pool {pool:,})")
-    return "IMDB splits: " + ", ".join(parts)
+    return "IMDB splits: " + ", ".join(
+        f"{name} {len(splits.rows[name]):,} (paper {PAPER_SIZES[name]:,}; pool "
+        f"{splits.pools[name]:,})" for name in ("EB1", "EB2", "test"))
 
 
 def imagenet_transform(image_size: int = 224):
