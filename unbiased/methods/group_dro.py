@@ -68,9 +68,8 @@ class GroupDRO(GroupMethod):
         super().__init__(bench, cfg, seed, device)
         present = (self.group_sizes > 0).float()
         self.q = present / present.sum()
-        self.adjustment = None
-        if cfg.dro_adjustment > 0:
-            self.adjustment = cfg.dro_adjustment / self.group_sizes.clamp_min(1).float().sqrt()
+        self.adjustment = (cfg.dro_adjustment / self.group_sizes.clamp_min(1).float().sqrt()
+                           if cfg.dro_adjustment > 0 else None)
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:

@@ -281,12 +281,10 @@ def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
     """The same tensors on every device: colouring is exact arithmetic."""
     if not 0 < sigma < 1:
         raise ValueError(f"sigma must be in (0, 1), got {sigma}")
-    if palette not in PALETTES:
-        raise ValueError(f"palette must be one of {sorted(PALETTES)}, got {palette!r}")
-    if stroke not in STROKES:
-        raise ValueError(f"stroke must be one of {STROKES}, got {stroke!r}")
-    if groups not in GROUPINGS:
-        raise ValueError(f"groups must be one of {GROUPINGS}, got {groups!r}")
+    for name, value, allowed in (("palette", palette, sorted(PALETTES)),
+                                 ("stroke", stroke, STROKES), ("groups", groups, GROUPINGS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     colours = PALETTES[palette]
     gen = torch.Generator().manual_seed(seed)
     train = make_split(digits.train_x, digits.train_y, digits.train_y, sigma, gen, device,
