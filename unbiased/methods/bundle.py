@@ -421,14 +421,11 @@ class MIBackpropBundle:
         loss_means = _means(losses, len(self.members))
         mi_means = _means(penalties, len(self.members))
         guarded = self.guarded.tolist()
-        stats = []
-        for b, m in enumerate(self.members):
-            frac = (guarded[b] / self.theta_steps
-                    if self.cfg.mi_guard and m.cfg.lam > 0 and self.theta_steps else math.nan)
-            stats.append(EpochStats(m.epoch, loss_means[b], mi_means[b], time_s,
-                                    mi_batch=mi_means[b], guarded_frac=frac,
-                                    graphed=self.graphed()))
-        return stats
+        return [EpochStats(m.epoch, loss_means[b], mi_means[b], time_s, mi_batch=mi_means[b],
+                           guarded_frac=(guarded[b] / self.theta_steps if self.cfg.mi_guard
+                                         and m.cfg.lam > 0 and self.theta_steps else math.nan),
+                           graphed=self.graphed())
+                for b, m in enumerate(self.members)]
 
     def graphed(self) -> bool | None:
         if not self.cfg.cuda_graphs:
