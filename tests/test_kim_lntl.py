@@ -88,13 +88,13 @@ def fine_tune_gap(bench: Benchmark, lr: float, lam: float, mu: float,
                             if k.split(".")[0] in ("bn0", "conv1", "conv2")})
     algo.f.load_state_dict({k: v for k, v in start.items()
                             if k.split(".")[0] in ("conv3", "conv4", "fc")})
-    algo.heads.load_state_dict(start_heads)
+    algo.head.load_state_dict(start_heads)
     for _ in range(2):
         algo.run_epoch()
     after, after_heads = net.state_dict(), _fused(heads)
     pairs = [(v, after[k]) for module in (algo.g, algo.f) for k, v in
              module.state_dict().items()]
-    pairs += [(v, after_heads[k]) for k, v in algo.heads.state_dict().items()]
+    pairs += [(v, after_heads[k]) for k, v in algo.head.state_dict().items()]
     gap = max((a - b).abs().max().item() for a, b in pairs if a.dtype.is_floating_point)
     moved = max((p.detach() - start[k]).abs().max().item() for module in (algo.g, algo.f)
                 for k, p in module.named_parameters())

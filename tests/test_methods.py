@@ -245,7 +245,7 @@ def test_lntl_heads_are_one_per_colour_channel_and_each_weight_moves_g(grey_digi
         algo = make_method("lntl", bench, {**VALUES, "lam": lam, "mu": mu}, seed=4)
         stats = algo.run_epoch()
         runs[(lam, mu)] = _weights(algo)
-    assert [h.classes for h in algo.heads] == [(8,)] * 3
+    assert [h.classes for h in algo.head] == [(8,)] * 3
     assert -torch.log(torch.tensor(8.0)) <= stats.penalty < 0
     a, b, c = runs.values()
     assert any(not torch.equal(x, y) for x, y in zip(a, b, strict=True))  # mu matters

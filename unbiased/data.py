@@ -56,12 +56,8 @@ class TensorSplit:
         """Consecutive mini-batches of `order` (row indices), or of the rows in order."""
         n = len(self) if order is None else len(order)
         for i in range(0, n, batch_size):
-            if order is None:
-                yield (self.x[i:i + batch_size], self.y[i:i + batch_size],
-                       self.c[i:i + batch_size])
-            else:
-                idx = order[i:i + batch_size]
-                yield self.x[idx], self.y[idx], self.c[idx]
+            idx = slice(i, i + batch_size) if order is None else order[i:i + batch_size]
+            yield self.x[idx], self.y[idx], self.c[idx]
 
 
 class Split(Protocol):
@@ -227,9 +223,7 @@ def hold_out(bench: Benchmark, fraction: float, seed: int) -> Benchmark:
     device = bench.train.y.device
     val_rows = order[:held].sort().values.to(device)
     train_rows = order[held:].sort().values.to(device)
-    groups = None
-    if bench.groups is not None:
-        groups = (bench.groups[0][train_rows], bench.groups[1])
+    groups = None if bench.groups is None else (bench.groups[0][train_rows], bench.groups[1])
     return dataclasses.replace(
         bench, train=bench.train.subset(train_rows), groups=groups,
         eval_splits={**bench.eval_splits, VAL_SPLIT: bench.train.subset(val_rows)},

@@ -81,10 +81,6 @@ def could_be_picked(records: list[EstimatedEpoch], criterion: str = "mi_eval") -
     """Epochs some later history could still make `pick_epoch` choose: usable ones no later
     epoch dominates (train_acc >= and an estimate <=). Only their weights need keeping."""
     usable = [r for r in records if r.usable(criterion)]
-    keep = set()
-    for r in usable:
-        dominated = any(o.epoch > r.epoch and o.train_acc >= r.train_acc
-                        and o.value(criterion) <= r.value(criterion) for o in usable)
-        if not dominated:
-            keep.add(r.epoch)
-    return keep
+    return {r.epoch for r in usable
+            if not any(o.epoch > r.epoch and o.train_acc >= r.train_acc
+                       and o.value(criterion) <= r.value(criterion) for o in usable)}

@@ -421,10 +421,6 @@ def precision(config: dict, device: torch.device) -> str:
     return "+".join(parts) or "fp32"
 
 
-def epoch_columns(config: dict, device: torch.device, session: TrialSession) -> dict[str, str]:
-    return {**session.where(), "precision": precision(config, device)}
-
-
 def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSession) -> None:
     """Train one trial; `build(config)` returns the benchmark (on CPU)."""
     config, device = start_trial(config, session)
@@ -442,7 +438,7 @@ def run_trial(config: dict, build: Callable[[dict], Benchmark], session: TrialSe
         warm_start(algo, session, plan.warm_from)
     rule = EpochPicker(plan.criterion, restored) if plan.stopping else None
     start_epoch = algo.epoch + 1
-    where = epoch_columns(config, device, session)
+    where = {**session.where(), "precision": precision(config, device)}
 
     for epoch in range(start_epoch, plan.epochs + 1):
         if epoch == plan.fail_at and restored is None:
@@ -520,9 +516,8 @@ def run_bundle(config: dict, build: Callable[[dict], Benchmark], session: TrialS
             for note in algo.load_state_dict(states[key]):
                 print(f"restore {key}: {note}", flush=True)
     reached = max((a.epoch for a in algos), default=0)
-    for key, algo in zip(keys, algos, strict=True):
-        if key in diverged:
-            algo.epoch = reached  # frozen where it was; it keeps the others' step
+    for key in diverged:
+        algos[keys.index(key)].epoch = reached  # frozen where it was; it keeps the others' step
     rules = [EpochPicker(p.criterion, states.get(k)) if p.stopping else None
              for p, k in zip(plans, keys, strict=True)]
     # On a GPU the critic's shuffles of all members come in one draw a step (unbiased/
@@ -532,7 +527,7 @@ def run_bundle(config: dict, build: Callable[[dict], Benchmark], session: TrialS
         if key in diverged:
             bundle.freeze(i)
     start_epoch = reached + 1
-    where = epoch_columns(config, device, session)
+    where = {**session.where(), "precision": precision(config, device)}
     fail_at = plans[0].fail_at
 
     for epoch in range(start_epoch, plans[0].epochs + 1):
@@ -544,19 +539,18 @@ def run_bundle(config: dict, build: Callable[[dict], Benchmark], session: TrialS
         kept: dict[str, dict] = {}
         ckpt_start = None
         for i, key in enumerate(keys):
+            if key not in diverged:
+                metrics = train_epoch(algos[i], epoch, start_epoch, where, stats=stats[i])
+                state, started = close_epoch(algos[i], plans[i], rules[i], metrics, WATCHED)
+                if state is None:  # this member diverged: frozen from here on
+                    diverged[key] = str(metrics["diverged"])
+                    bundle.freeze(i)
+                else:
+                    kept[key] = state
+                    ckpt_start = started if ckpt_start is None else min(ckpt_start, started)
+                report.update({f"{key}/{k}": v for k, v in metrics.items()})
             if key in diverged:
                 kept[key] = {"diverged": diverged[key], "epoch": epoch}
-                continue
-            metrics = train_epoch(algos[i], epoch, start_epoch, where, stats=stats[i])
-            state, started = close_epoch(algos[i], plans[i], rules[i], metrics, WATCHED)
-            if state is None:  # this member diverged: frozen from here on
-                diverged[key] = str(metrics["diverged"])
-                bundle.freeze(i)
-                kept[key] = {"diverged": diverged[key], "epoch": epoch}
-            else:
-                kept[key] = state
-                ckpt_start = started if ckpt_start is None else min(ckpt_start, started)
-            report.update({f"{key}/{k}": v for k, v in metrics.items()})
         checkpoint = checkpoint_files(kept)
         now = time.perf_counter()
         report["ckpt_s"] = now - (ckpt_start if ckpt_start is not None else now)

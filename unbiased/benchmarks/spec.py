@@ -137,11 +137,9 @@ class BenchmarkSpec:
         return tuple(dict.fromkeys((*self.columns, *self.data_axes)))
 
     def axis_kinds(self) -> dict[str, str]:
-        kinds = {}
-        for axis in self.data_axes:
-            values = [v for preset in self.presets.values() for v in preset.get(axis, ())]
-            kinds[axis] = "string" if any(isinstance(v, str) for v in values) else "float"
-        return kinds
+        return {axis: "string" if any(isinstance(v, str) for preset in self.presets.values()
+                                      for v in preset.get(axis, ())) else "float"
+                for axis in self.data_axes}
 
 
 def build_device(config: dict) -> torch.device:

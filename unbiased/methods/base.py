@@ -29,6 +29,7 @@ from unbiased.data import (
     group_accuracies,
     worst_group_name,
 )
+from unbiased.mine import permutation
 from unbiased.models import INPUT_NORMS, MODELS, InputNorm, linear_classifier, map_channels
 from unbiased.search import Choice, LogUniform, Space
 from unbiased.settings import setting, setting_problems
@@ -253,9 +254,6 @@ class ERM:
                 base = group.setdefault("base_lr", group["lr"])
                 group["lr"] = base * factor
 
-    def _permutation(self, n: int) -> torch.Tensor:
-        return torch.randperm(n, generator=self.gen, device=self.gen.device).to(self.device)
-
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         if self.input_norm is not None:
             x = self.input_norm(x)
@@ -267,7 +265,7 @@ class ERM:
     def epoch_order(self, n: int) -> torch.Tensor:
         if self.batch_sampler is not None:
             return self.batch_sampler.epoch(self.cfg.batch_size, self.method_gen)
-        return self._permutation(n)
+        return permutation(n, self.gen, self.device)
 
     def start_epoch(self, order: torch.Tensor, train: Split) -> None:
         """Called before the first batch of every epoch with the epoch's row order."""
@@ -276,24 +274,25 @@ class ERM:
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
         """One mini-batch. Returns detached (task loss, penalty): no device sync per step."""
         loss_task = F.cross_entropy(self.f(self._features(x)), y)
-        self.model_opt.zero_grad(set_to_none=True)
-        loss_task.backward()
-        self.model_opt.step()
+        self.model_step(loss_task)
         return loss_task.detach(), torch.zeros((), device=self.device)
+
+    def model_step(self, loss: torch.Tensor) -> None:
+        """One step of g and f on `loss`."""
+        self.model_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.model_opt.step()
 
     def task_step(self, loss_task: torch.Tensor, penalty: Callable[[bool], torch.Tensor]
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of g and f on loss_task + lam * penalty(False). At lam = 0 the penalty is
         only measured, as penalty(True) (z detached) without gradient."""
-        self.model_opt.zero_grad(set_to_none=True)
         if self.cfg.lam == 0:
-            loss_task.backward()
-            self.model_opt.step()
+            self.model_step(loss_task)
             with torch.no_grad():
                 return loss_task.detach(), penalty(True)
         value = penalty(False)
-        (loss_task + self.cfg.lam * value).backward()
-        self.model_opt.step()
+        self.model_step(loss_task + self.cfg.lam * value)
         return loss_task.detach(), value.detach()
 
     def run_epoch(self, train: Split | None = None) -> EpochStats:
@@ -340,19 +339,20 @@ class ERM:
 
     def train_eval_set(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.last_train is None:
-            z, _ = self.outputs(self.bench.train, self.eval_rows)
-            y, c = _rows(self.bench.train.y, self.eval_rows), _rows(
-                self.bench.train.c, self.eval_rows)
-            self.last_train = (z, y, c)
+            self._train_logits()
         return self.last_train
+
+    def _train_logits(self) -> torch.Tensor:
+        """f's logits of the evaluated training rows; their z, y and c go to last_train."""
+        train, rows = self.bench.train, self.eval_rows
+        z, logits = self.outputs(train, rows)
+        self.last_train = (z, rows_of(train.y, rows), rows_of(train.c, rows))
+        return logits
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        rows = self.eval_rows
-        z, logits = self.outputs(self.bench.train, rows)
-        y, c = _rows(self.bench.train.y, rows), _rows(self.bench.train.c, rows)
-        self.last_train = (z, y, c)
-        pred = logits.argmax(1)
+        pred = self._train_logits().argmax(1)
+        z, y, c = self.last_train
         metrics = {"train_acc": _acc(pred, y), "mi": self.train_mi(z, c)}
         outs = {"train": SplitOutputs(pred, y, c)}
         for name, split in self.bench.eval_splits.items():
@@ -395,15 +395,13 @@ class ERM:
         60,000) and a subset would keep a sixth of them. With `group_rows`, at most that
         many rows of each group."""
         groups, count = self.bench.train_groups()
+        train = self.bench.train
         if group_rows <= 0:
-            z = self.train_features()
-            return z, self.bench.train.y, self.bench.train.c, balanced_weights(
+            return self.train_features(), train.y, train.c, balanced_weights(
                 groups, count).to(self.device)
         rows = capped_group_rows(groups, group_rows, seed)
-        z = self.outputs(self.bench.train, rows)[0]
-        train = self.bench.train
-        return z, train.y[rows], train.c[rows], balanced_weights(groups[rows], count).to(
-            self.device)
+        return self.outputs(train, rows)[0], train.y[rows], train.c[rows], balanced_weights(
+            groups[rows], count).to(self.device)
 
     def train_features(self) -> torch.Tensor:
         return self.outputs(self.bench.train)[0]
@@ -519,7 +517,7 @@ def _cpu_bytes(state: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-def _rows(values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+def rows_of(values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     return values if rows is None else values[rows]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 
 import torch
@@ -22,6 +23,7 @@ from torch.func import functional_call, vmap
 from unbiased.graphs import GraphedStep
 from unbiased.methods.base import EpochStats
 from unbiased.methods.mi_backprop import MIBackprop, mi_backprop_graph_obstacles
+from unbiased.mine import permutation
 
 # Config fields members may differ in; every other field must be equal.
 PER_MEMBER_FIELDS: tuple[str, ...] = ("lam", "lr", "mi_lr", "mine_lr")
@@ -35,12 +37,10 @@ BATCHED_SEED_OFFSET = 4_000_037
 def bundle_problems(members: list[MIBackprop]) -> list[str]:
     if not members:
         return ["a bundle needs at least one member"]
-    problems = []
-    first = members[0]
     if not all(type(m) is MIBackprop for m in members):
-        problems.append("every member must be an mi_backprop trial")
-        return problems
-    cfg = first.cfg
+        return ["every member must be an mi_backprop trial"]
+    problems = []
+    cfg = members[0].cfg
     if cfg.inner_z != "batch":
         problems.append(f"bundles train inner_z 'batch' only, got {cfg.inner_z!r}")
     if cfg.mine_optimizer != "adam":
@@ -125,27 +125,30 @@ class AdamState:
         self.step.copy_(step if skip is None else torch.where(skip, self.step, step))
 
     def load(self, opts: list[torch.optim.Optimizer | None], modules: list[nn.Module]) -> None:
-        for b, (opt, module) in enumerate(zip(opts, modules, strict=True)):
-            if opt is None:
-                continue
-            for key, p in module.named_parameters():
-                state = opt.state.get(p)
-                if state:
-                    self.exp_avg[key][b].copy_(state["exp_avg"])
-                    self.exp_avg_sq[key][b].copy_(state["exp_avg_sq"])
-                    self.step[b] = float(state["step"])
+        for b, opt, key, p in _member_params(opts, modules):
+            state = opt.state.get(p)
+            if state:
+                self.exp_avg[key][b].copy_(state["exp_avg"])
+                self.exp_avg_sq[key][b].copy_(state["exp_avg_sq"])
+                self.step[b] = float(state["step"])
 
     def store(self, opts: list[torch.optim.Optimizer | None], modules: list[nn.Module]) -> None:
-        for b, (opt, module) in enumerate(zip(opts, modules, strict=True)):
-            if opt is None:
-                continue
+        for b, opt, key, p in _member_params(opts, modules):
+            state = opt.state[p]
+            state["step"] = self.step[b].clone().to(p.device)
+            state["exp_avg"] = self.exp_avg[key][b].clone().contiguous(
+                memory_format=_format_of(p))
+            state["exp_avg_sq"] = self.exp_avg_sq[key][b].clone().contiguous(
+                memory_format=_format_of(p))
+
+
+def _member_params(opts: list[torch.optim.Optimizer | None], modules: list[nn.Module]
+                   ) -> Iterator[tuple[int, torch.optim.Optimizer, str, nn.Parameter]]:
+    """(member, its optimiser, name, parameter) of every member that has an optimiser."""
+    for b, (opt, module) in enumerate(zip(opts, modules, strict=True)):
+        if opt is not None:
             for key, p in module.named_parameters():
-                state = opt.state[p]
-                state["step"] = self.step[b].clone().to(p.device)
-                state["exp_avg"] = self.exp_avg[key][b].clone().contiguous(
-                    memory_format=_format_of(p))
-                state["exp_avg_sq"] = self.exp_avg_sq[key][b].clone().contiguous(
-                    memory_format=_format_of(p))
+                yield b, opt, key, p
 
 
 # The layers bf16 autocast runs in bf16 (input, weight and bias cast; output bf16).
@@ -234,7 +237,8 @@ class MIBackpropBundle:
         self.mine_adam = AdamState(self.T.params, betas, eps)
         self.mi_adam = (AdamState(self.g.params, betas, eps)
                         if self.cfg.theta_update == "separate" else None)
-        self._load_optimizers()
+        for adam, opts, modules in self._optimizer_states():
+            adam.load(opts, modules)
         self.guarded = torch.zeros(len(members), dtype=torch.int64, device=self.device)
         self.theta_steps = 0
         # A frozen member (diverged) takes no more steps; the others go on.
@@ -273,11 +277,15 @@ class MIBackpropBundle:
     def _model_modules(self) -> list[nn.Module]:
         return [_Named({"g": m.g, "f": m.f}) for m in self.members]
 
-    def _load_optimizers(self) -> None:
-        self.model_adam.load([m.model_opt for m in self.members], self._model_modules())
-        self.mine_adam.load([m.mine_opt for m in self.members], [m.mine.T for m in self.members])
+    def _optimizer_states(self) -> list[tuple[AdamState, list, list[nn.Module]]]:
+        """Each stacked Adam with the members' optimisers and modules it stands for."""
+        states = [(self.model_adam, [m.model_opt for m in self.members], self._model_modules()),
+                  (self.mine_adam, [m.mine_opt for m in self.members],
+                   [m.mine.T for m in self.members])]
         if self.mi_adam is not None:
-            self.mi_adam.load([m.mi_opt for m in self.members], [m.g for m in self.members])
+            states.append((self.mi_adam, [m.mi_opt for m in self.members],
+                           [m.g for m in self.members]))
+        return states
 
     def _shuffled(self, c: torch.Tensor) -> torch.Tensor:
         n = c.shape[1]
@@ -285,8 +293,7 @@ class MIBackpropBundle:
             perms = self._perms[self._drawn]
             self._drawn += 1
         else:
-            perms = torch.stack([torch.randperm(n, generator=m.method_gen,
-                                                device=m.method_gen.device).to(self.device)
+            perms = torch.stack([permutation(n, m.method_gen, self.device)
                                  for m in self.members])
         return torch.gather(c, 1, perms.unsqueeze(2).expand(-1, -1, c.shape[2]))
 
@@ -414,14 +421,11 @@ class MIBackpropBundle:
         loss_means = _means(losses, len(self.members))
         mi_means = _means(penalties, len(self.members))
         guarded = self.guarded.tolist()
-        stats = []
-        for b, m in enumerate(self.members):
-            frac = (guarded[b] / self.theta_steps
-                    if self.cfg.mi_guard and m.cfg.lam > 0 and self.theta_steps else math.nan)
-            stats.append(EpochStats(m.epoch, loss_means[b], mi_means[b], time_s,
-                                    mi_batch=mi_means[b], guarded_frac=frac,
-                                    graphed=self.graphed()))
-        return stats
+        return [EpochStats(m.epoch, loss_means[b], mi_means[b], time_s, mi_batch=mi_means[b],
+                           guarded_frac=(guarded[b] / self.theta_steps if self.cfg.mi_guard
+                                         and m.cfg.lam > 0 and self.theta_steps else math.nan),
+                           graphed=self.graphed())
+                for b, m in enumerate(self.members)]
 
     def graphed(self) -> bool | None:
         if not self.cfg.cuda_graphs:
@@ -435,11 +439,8 @@ class MIBackpropBundle:
         with torch.no_grad():
             for b, m in enumerate(self.members):
                 m.mine.log_ema.copy_(self.log_ema[b])
-        self.model_adam.store([m.model_opt for m in self.members], self._model_modules())
-        self.mine_adam.store([m.mine_opt for m in self.members],
-                             [m.mine.T for m in self.members])
-        if self.mi_adam is not None:
-            self.mi_adam.store([m.mi_opt for m in self.members], [m.g for m in self.members])
+        for adam, opts, modules in self._optimizer_states():
+            adam.store(opts, modules)
         for b, m in enumerate(self.members):
             if m.cfg.lam > 0:
                 m.theta_steps = self.theta_steps

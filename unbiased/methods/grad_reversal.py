@@ -47,18 +47,24 @@ def reverse_gradient(z: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 class HeadMethod(ERM):
+    """A bias head on z and its optimiser; `head_key` names it among the modules and in a
+    checkpoint."""
+
     cfg: BiasHeadConfig
+    head_key: ClassVar[str] = "head"
 
     def __init__(self, bench: Benchmark, cfg: BiasHeadConfig, seed: int,
                  device: torch.device | str = "cpu"):
         super().__init__(bench, cfg, seed, device)
         with self.own_init():
-            self.head = BiasHead(bench.z_dim, bench.bias_classes,
-                                 cfg.head_hidden).to(self.device)
+            self.head = self.make_head().to(self.device)
         self.head_opt = self.optimizer(list(self.head.parameters()), cfg.head_lr or cfg.lr)
 
+    def make_head(self) -> nn.Module:
+        return BiasHead(self.bench.z_dim, self.bench.bias_classes, self.cfg.head_hidden)
+
     def modules(self) -> dict[str, nn.Module]:
-        return {**super().modules(), "head": self.head}
+        return {**super().modules(), self.head_key: self.head}
 
     def adversary_optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.head_opt]
@@ -74,10 +80,10 @@ class HeadMethod(ERM):
         return loss.detach()
 
     def extra_state(self) -> dict:
-        return {"head": self.head.state_dict(), "head_opt": self.head_opt.state_dict()}
+        return {self.head_key: self.head.state_dict(), "head_opt": self.head_opt.state_dict()}
 
     def load_extra_state(self, state: dict) -> None:
-        self.head.load_state_dict(state["head"])
+        self.head.load_state_dict(state[self.head_key])
         self.head_opt.load_state_dict(state["head_opt"])
 
 

@@ -68,9 +68,8 @@ class GroupDRO(GroupMethod):
         super().__init__(bench, cfg, seed, device)
         present = (self.group_sizes > 0).float()
         self.q = present / present.sum()
-        self.adjustment = None
-        if cfg.dro_adjustment > 0:
-            self.adjustment = cfg.dro_adjustment / self.group_sizes.clamp_min(1).float().sqrt()
+        self.adjustment = (cfg.dro_adjustment / self.group_sizes.clamp_min(1).float().sqrt()
+                           if cfg.dro_adjustment > 0 else None)
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,9 +82,7 @@ class GroupDRO(GroupMethod):
             return self.task_step(losses.mean(), lambda detach: robust_loss(
                 self.q, losses.detach() if detach else losses, groups, step, adjust))
         robust = robust_loss(self.q, losses, groups, step, adjust)
-        self.model_opt.zero_grad(set_to_none=True)
-        robust.backward()
-        self.model_opt.step()
+        self.model_step(robust)
         return losses.detach().mean(), robust.detach()
 
     @torch.no_grad()

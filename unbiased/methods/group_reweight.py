@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from unbiased.data import Benchmark, Split
-from unbiased.methods.base import ERM, TrainConfig
+from unbiased.methods.base import ERM, TrainConfig, rows_of
 from unbiased.search import LogUniform
 
 
@@ -34,8 +34,7 @@ class GroupMethod(ERM):
         metrics = super().evaluate()
         z, y, _ = self.train_eval_set()
         losses = F.cross_entropy(self.f(z), y, reduction="none").double()
-        groups = (self.group_of_row if self.eval_rows is None
-                  else self.group_of_row[self.eval_rows])
+        groups = rows_of(self.group_of_row, self.eval_rows)
         count = len(self.group_sizes)
         sums = torch.zeros(count, dtype=losses.dtype, device=losses.device).index_add(
             0, groups, losses)
@@ -68,7 +67,5 @@ class GroupReweight(GroupMethod):
         losses = F.cross_entropy(self.f(self._features(x)), y, reduction="none")
         weights = self.row_weight[rows]
         weighted = (weights * losses).sum() / weights.sum()
-        self.model_opt.zero_grad(set_to_none=True)
-        weighted.backward()
-        self.model_opt.step()
+        self.model_step(weighted)
         return losses.detach().mean(), weighted.detach()

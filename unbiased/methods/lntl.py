@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from unbiased.data import Benchmark, Split, bias_targets
-from unbiased.methods.base import ERM, BiasHead
-from unbiased.methods.grad_reversal import BiasHeadConfig, reverse_gradient
+from unbiased.data import Split
+from unbiased.methods.base import BiasHead
+from unbiased.methods.grad_reversal import BiasHeadConfig, HeadMethod, reverse_gradient
 from unbiased.models import map_channels, uint8_levels
 from unbiased.search import LogUniform
 from unbiased.settings import setting
@@ -94,46 +94,34 @@ def negative_entropy(logits: list[torch.Tensor]) -> torch.Tensor:
                         for lg in logits]).mean()
 
 
-class LNTL(ERM):
+class LNTL(HeadMethod):
     """penalty: the heads' mean negative entropy (-log 8 = -2.079: uniform)."""
 
     name = "lntl"
     search = {"lam": LogUniform(1e-3, 1.0)}  # the entropy term's scale: Kim et al.'s 0.01
     Config = LNTLConfig
     cfg: LNTLConfig
+    head_key = "heads"
 
-    def __init__(self, bench: Benchmark, cfg: LNTLConfig, seed: int,
-                 device: torch.device | str = "cpu"):
-        super().__init__(bench, cfg, seed, device)
-        classes = bench.bias_classes
-        with self.own_init():
-            if cfg.lntl_heads == "map":
-                if len(set(classes)) != 1:
-                    raise ValueError(f"lntl_heads 'map' needs as many bins for every input "
-                                     f"channel, got bias classes {classes}")
-                heads: nn.Module = PixelHeads(map_channels(cfg.model), len(classes),
-                                              classes[0])
-            else:
-                heads = nn.ModuleList(BiasHead(bench.z_dim, (k,), cfg.head_hidden)
-                                      for k in classes)
-            self.heads = heads.to(self.device)
-        self.head_opt = self.optimizer(list(self.heads.parameters()), cfg.head_lr or cfg.lr)
-
-    def modules(self) -> dict[str, nn.Module]:
-        return {**super().modules(), "heads": self.heads}
-
-    def adversary_optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.head_opt]
+    def make_head(self) -> nn.Module:
+        classes = self.bench.bias_classes
+        if self.cfg.lntl_heads == "map":
+            if len(set(classes)) != 1:
+                raise ValueError(f"lntl_heads 'map' needs as many bins for every input "
+                                 f"channel, got bias classes {classes}")
+            return PixelHeads(map_channels(self.cfg.model), len(classes), classes[0])
+        return nn.ModuleList(BiasHead(self.bench.z_dim, (k,), self.cfg.head_hidden)
+                             for k in classes)
 
     def head_logits(self, z: torch.Tensor) -> list[torch.Tensor]:
-        if isinstance(self.heads, PixelHeads):
-            return self.heads(z)
-        return [head(z)[0] for head in self.heads]
+        if isinstance(self.head, PixelHeads):
+            return self.head(z)
+        return [head(z)[0] for head in self.head]
 
     def head_targets(self, x: torch.Tensor, c: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.heads, PixelHeads):
+        if isinstance(self.head, PixelHeads):
             return pixel_targets(x, self.bench.bias_classes[0], z.shape[-2:])
-        return bias_targets(c, self.bench.bias_classes)
+        return self.targets(c)
 
     def update(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, rows: torch.Tensor,
                train: Split) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,10 +144,3 @@ class LNTL(ERM):
             self.model_opt.step()
         self.head_opt.step()
         return loss_task, penalty
-
-    def extra_state(self) -> dict:
-        return {"heads": self.heads.state_dict(), "head_opt": self.head_opt.state_dict()}
-
-    def load_extra_state(self, state: dict) -> None:
-        self.heads.load_state_dict(state["heads"])
-        self.head_opt.load_state_dict(state["head_opt"])

@@ -18,7 +18,7 @@ from torch import nn
 
 from unbiased.data import Benchmark, GroupSampler, Split, balanced_weights
 from unbiased.graphs import GraphedStep, graph_obstacles
-from unbiased.methods.base import ERM, EpochStats, TrainConfig
+from unbiased.methods.base import ERM, EpochStats, TrainConfig, rows_of
 from unbiased.mine import MINE, estimate_mi, permutation
 from unbiased.search import LogUniform
 from unbiased.settings import setting
@@ -140,12 +140,9 @@ class MIBackprop(ERM):
         if cfg.theta_update == "separate" and cfg.lam > 0:
             mi_lr = cfg.mi_lr if cfg.mi_lr is not None else cfg.lr * cfg.lam
             self.mi_opt = self.optimizer(list(self.g.parameters()), mi_lr)
-        if cfg.mine_optimizer == "adam":
-            self.mine_opt: torch.optim.Optimizer = torch.optim.Adam(
-                self.mine.parameters(), lr=cfg.mine_lr, fused=self.fused)
-        else:
-            self.mine_opt = torch.optim.SGD(self.mine.parameters(), lr=cfg.mine_lr,
-                                            fused=self.fused)
+        mine_optimizer = torch.optim.Adam if cfg.mine_optimizer == "adam" else torch.optim.SGD
+        self.mine_opt: torch.optim.Optimizer = mine_optimizer(
+            self.mine.parameters(), lr=cfg.mine_lr, fused=self.fused)
         if cfg.compile:
             self.mine.T.compile()
         self.row_weight: torch.Tensor | None = None
@@ -229,11 +226,6 @@ class MIBackprop(ERM):
         with torch.no_grad():
             return self._features(x), c
 
-    def _mine_steps(self, train: Split, c_batch: torch.Tensor) -> None:
-        for z, c in self._inner_batches(train, c_batch):
-            self._mine_step(z, c)
-        self._bank_age += 1
-
     def _mine_step(self, z: torch.Tensor, c: torch.Tensor) -> None:
         loss, _ = self.mine.phi_loss(z, c, self.method_gen)
         self.mine_opt.zero_grad(set_to_none=True)
@@ -273,7 +265,9 @@ class MIBackprop(ERM):
             balanced = (x_mi, c_mi)
         if self.cfg.inner_z == "batch":
             return self._batch_step(x, y, c, balanced)
-        self._mine_steps(train, c)
+        for z_inner, c_inner in self._inner_batches(train, c):
+            self._mine_step(z_inner, c_inner)
+        self._bank_age += 1
         return self._model_step(y, c, self._features(x), balanced)
 
     def _batch_step(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor,
@@ -327,11 +321,9 @@ class MIBackprop(ERM):
         g_mi_used = [g_mi[i] for i in used]
         if self.cfg.rescale_mi_grad:
             g_mi_used = rescaled_mi_grads(g_task_used, g_mi_used)
-        for p, gt in zip(psi, g_task[len(theta):], strict=True):
+        for p, gt in zip(theta + psi, g_task, strict=True):
             p.grad = gt
         if self.mi_opt is None:  # "joint": one Adam step on the sum
-            for p, gt in zip(theta, g_task[:len(theta)], strict=True):
-                p.grad = gt
             combined = torch._foreach_add(g_task_used, torch._foreach_mul(g_mi_used,
                                                                            self.cfg.lam))
             for i, summed in zip(used, combined, strict=True):
@@ -340,8 +332,6 @@ class MIBackprop(ERM):
             return loss_task.detach(), mi.detach()
         # "separate": both gradients are taken at the same theta (the authors' code takes the
         # MI one after the task step, in a second session run; one forward serves both here).
-        for p, gt in zip(theta, g_task[:len(theta)], strict=True):
-            p.grad = gt
         self.model_opt.step()
         self.mi_opt.zero_grad(set_to_none=True)
         for i, gm in zip(used, g_mi_used, strict=True):
@@ -366,10 +356,7 @@ class MIBackprop(ERM):
         return self.step_graph is not None and self.step_graph.in_use("trial")
 
     def train_mi(self, z: torch.Tensor, c: torch.Tensor) -> float:
-        weights = None
-        if self.row_weight is not None:
-            weights = self.row_weight if self.eval_rows is None else self.row_weight[
-                self.eval_rows]
+        weights = None if self.row_weight is None else rows_of(self.row_weight, self.eval_rows)
         return estimate_mi(self.mine, z, c, self.cfg.batch_size,
                            generator=self.eval_generator(), weights=weights)
 

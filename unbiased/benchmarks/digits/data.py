@@ -185,11 +185,10 @@ def fetch_mnist(root: str | os.PathLike) -> list[str]:
     raw = root / "MNIST" / "raw"
     had = all((raw / name).is_file() for name in MNIST_FILES)
     digits = load_mnist(root, download=True)
-    lines = [f"full MNIST in {raw} ({'there already, read' if had else 'downloaded'}):"]
-    for path in sorted(p for p in raw.iterdir() if p.is_file()):
-        lines.append(f"  {path.name}  {path.stat().st_size:,} bytes")
-    lines.append(f"  {len(digits.train_y):,} train / {len(digits.test_y):,} test digits")
-    return lines
+    return [f"full MNIST in {raw} ({'there already, read' if had else 'downloaded'}):",
+            *(f"  {path.name}  {path.stat().st_size:,} bytes"
+              for path in sorted(p for p in raw.iterdir() if p.is_file())),
+            f"  {len(digits.train_y):,} train / {len(digits.test_y):,} test digits"]
 
 
 def load_grey_digits(source: str, root: str | os.PathLike | None = None,
@@ -282,12 +281,10 @@ def build(digits: GreyDigits, sigma: float, seed: int, z_dim: int = 64,
     """The same tensors on every device: colouring is exact arithmetic."""
     if not 0 < sigma < 1:
         raise ValueError(f"sigma must be in (0, 1), got {sigma}")
-    if palette not in PALETTES:
-        raise ValueError(f"palette must be one of {sorted(PALETTES)}, got {palette!r}")
-    if stroke not in STROKES:
-        raise ValueError(f"stroke must be one of {STROKES}, got {stroke!r}")
-    if groups not in GROUPINGS:
-        raise ValueError(f"groups must be one of {GROUPINGS}, got {groups!r}")
+    for name, value, allowed in (("palette", palette, sorted(PALETTES)),
+                                 ("stroke", stroke, STROKES), ("groups", groups, GROUPINGS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     colours = PALETTES[palette]
     gen = torch.Generator().manual_seed(seed)
     train = make_split(digits.train_x, digits.train_y, digits.train_y, sigma, gen, device,

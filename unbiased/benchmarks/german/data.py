@@ -123,16 +123,11 @@ def load_table(root: str | os.PathLike | None = None) -> GermanTable:
     except UnicodeDecodeError as exc:
         raise DataError(f"{path} is not the German credit text file (non-ASCII byte at "
                         f"offset {exc.start})") from None
-    codes, numeric, good = [], [], []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        row_codes, row_numbers, row_good = parse_line(line, lineno, path)
-        codes.append(row_codes)
-        numeric.append(row_numbers)
-        good.append(row_good)
-    if not good:
+    rows = [parse_line(line, lineno, path)
+            for lineno, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not rows:
         raise DataError(f"{path} holds no rows of the German credit file")
+    codes, numeric, good = zip(*rows, strict=True)
     return GermanTable(np.asarray(codes, dtype=np.int64), np.asarray(numeric, dtype=np.float64),
                        np.asarray(good, dtype=bool), str(path), hashlib.md5(raw).hexdigest())
 
@@ -199,9 +194,8 @@ def encode(table: GermanTable, train_idx: np.ndarray, test_idx: np.ndarray
     x = torch.from_numpy(np.concatenate(columns, axis=1).astype(np.float32))
     y = torch.from_numpy(table.good.astype(np.int64))
     c = torch.from_numpy((table.age <= YOUNG_MAX_AGE).astype(np.float32)).unsqueeze(1)
-    train = torch.from_numpy(train_idx)
-    test = torch.from_numpy(test_idx)
-    return TensorSplit(x[train], y[train], c[train]), TensorSplit(x[test], y[test], c[test])
+    rows = TensorSplit(x, y, c)
+    return rows.subset(torch.from_numpy(train_idx)), rows.subset(torch.from_numpy(test_idx))
 
 
 def build(seed: int, root: str | os.PathLike | None = None,

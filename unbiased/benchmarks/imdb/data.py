@@ -255,23 +255,16 @@ def build_splits(index: ImdbIndex, sizes: dict[str, int | None] | None = None,
     test_ids = ids[np.array([_hash01(f"celeb:{i}") < test_identity_fraction for i in ids],
                             dtype=bool)]
     is_test = np.isin(index.celeb_id, test_ids)
-    masks = eb_masks(index)
-    pools = {"EB1": np.flatnonzero(~is_test & masks["EB1"]),
-             "EB2": np.flatnonzero(~is_test & masks["EB2"]),
+    pools = {**{name: np.flatnonzero(~is_test & mask) for name, mask in eb_masks(index).items()},
              "test": np.flatnonzero(is_test)}
-    rows = {}
-    for name, pool in pools.items():
-        cap = sizes.get(name)
-        rows[name] = _hash_order(index, pool)[:cap]
+    rows = {name: _hash_order(index, pool)[:sizes.get(name)] for name, pool in pools.items()}
     return ImdbSplits(rows, {k: len(v) for k, v in pools.items()})
 
 
 def describe_splits(splits: ImdbSplits) -> str:
-    parts = []
-    for name in ("EB1", "EB2", "test"):
-        n, pool = len(splits.rows[name]), splits.pools[name]
-        parts.append(f"{name} {n:,} (paper {PAPER_SIZES[name]:,}; pool {pool:,})")
-    return "IMDB splits: " + ", ".join(parts)
+    return "IMDB splits: " + ", ".join(
+        f"{name} {len(splits.rows[name]):,} (paper {PAPER_SIZES[name]:,}; pool "
+        f"{splits.pools[name]:,})" for name in ("EB1", "EB2", "test"))
 
 
 def imagenet_transform(image_size: int = 224):
