@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from sweeps.cli import SweepArgs
 
 
-
 def _local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 

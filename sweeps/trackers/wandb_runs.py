@@ -220,5 +220,3 @@ def _logged_in(wandb) -> bool:
         return bool(wandb.Api().api_key)
     except Exception:  # no settings, no network: not logged in as far as we can tell
         return False
-
-
