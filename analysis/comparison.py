@@ -152,14 +152,14 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
     return draw, reason
 
 
-def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: float = 0.05,
-            rules: Sequence[Rule] = RULES) -> pd.DataFrame:
+def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: float = 0.05
+            ) -> pd.DataFrame:
     """One row per (data point, rule, arm): the draw the rule picks on the screen seeds, and
     on every other seed its trials' means, stds and count at the rule's epochs."""
     screen_seeds = {int(s) for s in screen_seeds}
     points = _point_keys(df)
     out = []
-    for rule in rules:
+    for rule in RULES:
         picked = picked_rows(df, rule)
         if picked.empty:
             continue

@@ -51,7 +51,7 @@ OBJECTIVES = ["mi_eval", "train_acc"]
 MODES = ["min", "max"]
 
 
-def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backprop") -> dict:
+def search_space(values: dict, sigma: float, seed: int, method: str) -> dict:
     """One study's space, under the trial's point (so a resumed study finds its records)."""
     from ray import tune
 
@@ -66,8 +66,7 @@ def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backpr
             "num_threads": max(1, int(float(values["cpus_per_trial"]))), POINT_KEY: point}
 
 
-def make_searcher(samples: int, seed: int, space: dict | None = None,
-                  records: RecordStore | None = None):
+def make_searcher(samples: int, seed: int, space: dict, records: RecordStore):
     """Multi-objective TPE: the first third of the trials random, and at most that many at
     once, so later proposals use the finished ones. A resumed study's finished `records`
     come first, the unfinished are proposed again; returns the searcher and how many ended."""
@@ -82,7 +81,7 @@ def make_searcher(samples: int, seed: int, space: dict | None = None,
                                 directions=["minimize" if m == "min" else "maximize"
                                             for m in MODES], sampler=sampler)
     again, done = [], 0
-    for record in (records.read_all().values() if records is not None else []):
+    for record in records.read_all().values():
         params = {f"{POINT_KEY}/{k}": v for k, v in record.config.items()
                   if k in space[POINT_KEY] and not isinstance(space[POINT_KEY][k], str | int
                                                                | float)}
