@@ -1,9 +1,5 @@
 """Colored MNIST (the paper's Table 1) as a registered benchmark; what each preset is for:
-docs/PRESETS.md.
-
-Torch-free: the data code is imported inside `load`, `describe` and `build`, so the drivers
-and the analysis read this spec without torch.
-"""
+docs/PRESETS.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""German credit (the paper's Table 3) as a registered benchmark. Torch-free: the data code
-is imported inside `load` and `build`, sklearn and pandas inside the SVM's functions.
+"""German credit (the paper's Table 3) as a registered benchmark.
 
 The paper's Table 3 quotes an RBF SVM (Donini et al., 2018); we refit one on each seed's own
 split (`extra_rows`), so its row compares with ours split for split.
