@@ -32,10 +32,6 @@ class LeNetFeatures(nn.Module):
         return self.fc(self.conv(x))
 
 
-def linear_classifier(z_dim: int, num_classes: int) -> nn.Module:
-    return nn.Linear(z_dim, num_classes)
-
-
 class MLPFeatures(nn.Module):
     def __init__(self, in_features: int, z_dim: int = 64):
         super().__init__()

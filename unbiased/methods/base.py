@@ -30,7 +30,7 @@ from unbiased.data import (
     worst_group_name,
 )
 from unbiased.mine import permutation
-from unbiased.models import INPUT_NORMS, MODELS, InputNorm, linear_classifier, map_channels
+from unbiased.models import INPUT_NORMS, MODELS, InputNorm, map_channels
 from unbiased.search import Choice, LogUniform, Space
 from unbiased.settings import setting, setting_problems
 
@@ -169,7 +169,7 @@ class ERM:
             self.g = self.g.to(memory_format=torch.channels_last)
             self.bench = bench = _channels_last(bench)  # once: x[idx] keeps the format
         if f is None:
-            f = linear_classifier(bench.z_dim, bench.num_classes)
+            f = nn.Linear(bench.z_dim, bench.num_classes)
         self.f = f.to(self.device)
         self.input_norm = (None if cfg.input_norm == "none"
                            else InputNorm(*INPUT_NORMS[cfg.input_norm]).to(self.device))
