@@ -113,7 +113,8 @@ class Tracker:
         """Before Ray: create (or on --resume find) the sweep's runs."""
 
     def callback(self, state: dict, param_keys: tuple[str, ...]) -> object:
-        """The Tune callback that logs the trials."""
+        """The Tune callback that logs the trials (its class built on first use: importing Ray
+        Tune and MLflow takes seconds, which a driver stopping at a bad flag should not spend)."""
         raise NotImplementedError
 
     def finish(self, args: SweepArgs, state: dict, df: pd.DataFrame,

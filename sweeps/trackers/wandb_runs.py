@@ -148,8 +148,6 @@ class RunWriter:
 
 
 def _trial_runs_callback():
-    """The callback class, built on first use: importing Ray Tune takes seconds, which a
-    driver that stops at a bad flag should not spend."""
     from ray.tune.logger import LoggerCallback
 
     class TrialRuns(LoggerCallback):
