@@ -14,16 +14,5 @@ from unbiased.benchmarks import exit_on_bad_registry
 exit_on_bad_registry()  # before the modules that read the registry as they import
 
 from analysis.build import build_all  # noqa: E402
-from analysis.results import ResultsError, final_rows, load_results, per_lambda, spearman  # noqa: E402, I001
-from analysis.selection import (  # noqa: E402
-    Choice,
-    HighestFittingLambda,
-    LowestMI,
-    OracleTest,
-    SelectionRule,
-    default_rules,
-)
 
-__all__ = ["Choice", "HighestFittingLambda", "LowestMI", "OracleTest", "ResultsError",
-           "SelectionRule", "build_all", "default_rules", "final_rows", "load_results",
-           "per_lambda", "spearman"]
+__all__ = ["build_all"]
