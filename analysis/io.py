@@ -14,9 +14,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_parquet",
-           "atomic_savefig"]
-
 _FILE_MODE = 0o644
 
 

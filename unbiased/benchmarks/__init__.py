@@ -28,8 +28,6 @@ ENTRY_POINTS = "unbiased.benchmarks"
 # "NAME=module[,NAME=module]". A cluster's Ray workers get it through the head's environment
 # or a runtime_env.
 EXTRA_BENCHMARKS_ENV = "UNBIASED_BENCHMARKS"
-__all__ = ["BENCHMARKS", "ENTRY_POINTS", "EXTRA_BENCHMARKS_ENV", "RegistryError", "registered",
-           "benchmark_spec", "all_specs", "exit_on_bad_registry"]
 
 
 def registered() -> dict[str, str]:
