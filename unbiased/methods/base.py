@@ -259,7 +259,9 @@ class ERM:
             x = self.input_norm(x)
         if not self.cfg.amp:
             return self.g(x)
-        with bf16_autocast(self.device):
+        # Without the weight cache: a CUDA graph captured inside would replay the bf16 copy
+        # made at capture (each forward opens its own context, so the cache saved nothing).
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False):
             return self.g(x).float()
 
     def epoch_order(self, n: int) -> torch.Tensor:
@@ -527,13 +529,6 @@ def _acc(pred: torch.Tensor, y: torch.Tensor) -> float:
 
 def _mean_t(values: list[torch.Tensor]) -> float:
     return float(torch.stack(values).double().mean()) if values else float("nan")
-
-
-def bf16_autocast(device: torch.device) -> torch.autocast:
-    """bf16 autocast without its weight cache: a CUDA graph captured inside would replay the
-    bf16 copy made at capture, blind to later steps (each forward opens its own context, so
-    the cache saved nothing)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 def _channels_last(bench: Benchmark) -> Benchmark:
