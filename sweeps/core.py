@@ -255,12 +255,7 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     bench = spec.bench
     parser = build_parser(spec.prog, bench.description, bench.presets, benchmark=bench)
     args = resolve(parser, bench.name, bench.presets, argv, name=spec.out_name)
-    spec = spec.for_preset(args.preset)
-    try:
-        spec.check_read(args.values, args.explicit)
-    except SweepError as exc:
-        fail(str(exc))
-    return run_points(spec, args)
+    return run_points(spec.for_preset(args.preset), args)
 
 
 def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None,
@@ -268,6 +263,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     """Run the trials of `points` (args' grid unless given) not yet finished and write the
     results of all; `after(args, df)` writes more outputs before the trackers log them."""
     try:
+        spec.check_read(args.values, args.explicit)
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
         fixed = spec.fixed_values(args.values)
