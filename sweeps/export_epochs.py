@@ -61,10 +61,7 @@ def from_records(out: Path) -> pd.DataFrame:
                          if k in config}
                 frames.append(own.assign(**named, trial_id=key, config=json.dumps(
                     config, sort_keys=True, default=str)))
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if "K" in df.columns:
-        df["K"] = df["K"].fillna(0).astype(int)
-    return df
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def from_tune(out: Path) -> pd.DataFrame:
@@ -83,10 +80,7 @@ def from_tune(out: Path) -> pd.DataFrame:
                                                             "lr", "batch_size")}, **axes,
                              **result,
                              "config": json.dumps(config, sort_keys=True, default=str)})
-    df = pd.DataFrame(rows)
-    if "K" in df.columns:
-        df["K"] = df["K"].fillna(0).astype(int)
-    return df
+    return pd.DataFrame(rows)
 
 
 def _trial_key(row: pd.Series, keys: list[str]) -> tuple:
@@ -146,8 +140,11 @@ def read_source(out: Path) -> pd.DataFrame:
     parquet = out / "results.parquet"
     if parquet.is_file():
         return pd.read_parquet(parquet)
-    records = from_records(out)
-    return records if not records.empty else from_tune(out)
+    df = from_records(out)
+    df = df if not df.empty else from_tune(out)
+    if "K" in df.columns:
+        df["K"] = df["K"].fillna(0).astype(int)
+    return df
 
 
 # What a row needs to be exported: its trial's point and its epoch.
