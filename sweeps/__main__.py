@@ -6,8 +6,6 @@ A registered benchmark runs its grid; the other drivers have a file of their own
     python -m sweeps digits --preset k_ablation_cpu  # the supplementary's K ablation
     python -m sweeps NAME --dry-run                  # any registered benchmark
     python -m sweeps german --help
-    python -m sweeps rerun results/digits_quick --seeds 3,4,5
-    python -m sweeps export results/digits_quick epochs.csv
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from __future__ import annotations
 import importlib
 import sys
 
-# The drivers that are not a benchmark's grid.
 DRIVERS = {
     "lambda_search": "sweeps.lambda_search",  # Optuna on digits: a search, not a grid
     "rerun": "sweeps.rerun",  # re-runs a finished sweep's picks on new seeds

@@ -70,9 +70,8 @@ def _end(status: int, line: str) -> None:
 
 def end_driver(main: Callable[[], int | None]) -> NoReturn:
     """A driver script's end with `main()`'s status: one that started or joined Ray leaves it
-    (EXIT_GRACE_S at most) and ends the process without the interpreter's own end, which
-    could wait on threads and Ray's native teardown (a job seen RUNNING 240 s after its last
-    line, until Slurm's TERM)."""
+    (EXIT_GRACE_S at most) and ends the process without the interpreter's own end (a job was
+    seen RUNNING 240 s after its last line, until Slurm's TERM)."""
     try:
         status = main()
     except SystemExit as exc:
@@ -167,8 +166,7 @@ _NEW_EPOCHS = [0]  # epochs trained by this driver (restored ones, told again, n
 
 
 def write_progress(experiment: str, trials: int, finished: int, new_epochs: int = 0) -> None:
-    """SWEEP_PROGRESS_FILE (when set), written whole on every result: the trials of this
-    driver's experiments, how many have finished and how many epochs this run trained."""
+    """SWEEP_PROGRESS_FILE (module docstring), written whole on every result."""
     _NEW_EPOCHS[0] += new_epochs
     path = os.environ.get(PROGRESS_ENV)
     if not path:

@@ -7,7 +7,6 @@ trial this run lacks or holds fewer epochs of keeps DEST's rows, so exporting ba
 CSV a run continued never loses a finished epoch.
 
     python -m sweeps export OUT bench/results/NAME/epochs.csv
-    python -m sweeps export OUT CSV                   # the same
     python -m sweeps export PIECE/epochs.csv CSV      # a piece's rows (sweeps/piece.py)
 """
 

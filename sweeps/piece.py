@@ -5,15 +5,9 @@ A GPU lent for ten minutes at a time, keeping nothing between runs but the rows 
 from them, cannot hold a sweep, but it can finish a few trials whole. A piece decides what is
 done as a sweep's launch does (`--done CSV` and, with `--resume`, OUT's records: both at
 once), takes the next trials in grid order and bundles them so that each bundle finishes
-inside what is left of `--budget`: a bundle of B members costs
-
-    setup_s + epochs x steps an epoch x step_ms(B) / 1000
-            + B x (epochs x epoch_s + re-estimates x estimate_s)
-
-with step_ms(B) interpolated from the measured outer steps of `--costs`, at the trial's
-precision, and scaled by what the bundles so far took against their estimates. Each trial
-runs the sweep's own trial loop with the config a sweep of the same flags would give it; after
-each bundle every whole trial's rows go to OUT/epochs.csv, so a run cut off keeps them.
+inside what is left of `--budget`, by the measured costs of `--costs` (`Shape.seconds`). Each
+trial runs the sweep's own trial loop with the config a sweep of the same flags would give it;
+after each bundle every whole trial's rows go to OUT/epochs.csv, so a run cut off keeps them.
 
     python -m sweeps piece --preset paper --root DATA --done bench/results/paper_gpu/epochs.csv \\
         --budget 540 --out results/piece
