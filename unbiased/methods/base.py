@@ -280,7 +280,6 @@ class ERM:
         return loss_task.detach(), torch.zeros((), device=self.device)
 
     def model_step(self, loss: torch.Tensor) -> None:
-        """One step of g and f on `loss`."""
         self.model_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.model_opt.step()
@@ -385,8 +384,7 @@ class ERM:
 
     @torch.no_grad()
     def predictions(self, z: torch.Tensor) -> torch.Tensor:
-        """f's one-hot predictions of z: a function of z, so any estimate of I(z; c) should
-        not read below the same estimate on them (the stopping rule's floor)."""
+        """f's one-hot predictions of z: the stopping rule's floor (unbiased/stopping.py)."""
         logits = self.f(z)
         return torch.nn.functional.one_hot(logits.argmax(1), logits.shape[1]).float()
 
