@@ -1,12 +1,8 @@
 """A driver ends within seconds of its last line, after a finish or a stop, and tells the
-batch script how far the sweep got.
-
-Why a driver joined to a Ray it did not start could outlive its work (slurm/sweep.sbatch):
-- A plain `scancel` signals every process of the job at once, so Ray's GCS dies with the
-  driver's SIGTERM, and Tune's cleanup and `ray.shutdown()` retry the lost GCS for 60 s
-  (`gcs_rpc_server_reconnect_timeout_s`), longer than Slurm's KillWait (30 s): `StopWatch`.
-- Threads, exit hooks or Ray's native teardown can hold the interpreter after the outputs
-  are written: `end_driver`.
+batch script how far the sweep got. Why a driver joined to a Ray it did not start could
+outlive its work (after a plain `scancel` Tune and `ray.shutdown()` retry the lost GCS for
+60 s, longer than Slurm's KillWait; threads or Ray's native teardown can hold the interpreter
+after the outputs are written): docs/DESIGN.md. `StopWatch` and `end_driver` end it.
 
 `SWEEP_PROGRESS_FILE` (set by the batch script) gets, on every result, the trials done and
 the epochs this run trained, so the script never requeues a finished sweep and stops
