@@ -6,17 +6,9 @@ picks an epoch (where it does: the validation rules and the oracle read every ep
 paper's lowest-MI rule reads the epoch the trial's own label-free stopping rule reported),
 then among the arm's draws it picks one. The arm's row under the rule is that draw on the
 other seeds (the rows: the screen's seed is not among them), each trial at the epoch the rule
-picks in it. The rules:
-
-- `lowest_mi`: the paper's, label-free. Among draws whose reported epoch fits the training
-  data (train accuracy within `tolerance` of the arm's best) and whose fresh MI estimate did
-  not fail, the lowest `mi_eval`.
-- `val_acc`: the field's training-domain validation (DomainBed): the highest accuracy on the
-  held-out training rows (`val_acc`), which carry the training set's bias.
-- `val_worst`: the highest worst-group accuracy on those rows (`val_worst_acc`; Sagawa et
-  al.'s, SubpopBench's), ties to `val_acc`. It reads the bias label of validation rows.
-- `oracle`: the highest test accuracy. It peeks at test labels: an upper bound, never a
-  method's result.
+picks in it. The rules (`RULES`): the paper's lowest MI among draws that fit the training data
+and whose fresh estimate did not fail; the field's training-domain validation (DomainBed) and
+its worst group (Sagawa et al.'s, SubpopBench's); the oracle, an upper bound.
 """
 
 from __future__ import annotations

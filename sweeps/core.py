@@ -1,10 +1,5 @@
 """The one sweep core every grid driver is a small spec on: a registered benchmark's spec
-(unbiased/benchmarks/) plus a driver's overrides, every value validated before Ray starts.
-
-Grid points: data axes x method x lam x K (methods that have it) x seed; lam = 0 is plain
-ERM for every method and K (the methods draw from generators of their own), so it runs once
-per data point and seed, under the first method and K listed.
-"""
+(unbiased/benchmarks/) plus a driver's overrides, every value validated before Ray starts."""
 
 from __future__ import annotations
 
