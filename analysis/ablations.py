@@ -145,8 +145,7 @@ def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
     panels = list(rows.groupby([*data_axes, "lam"], sort=True))
     values = _order(axis, set(rows["value"]))
     colors = _colors([float(i) for i in range(len(values))])
-    fig = _new_figure(4.0 * len(CURVES), 3.0 * len(panels) + 0.6)
-    axes = fig.subplots(len(panels), len(CURVES), squeeze=False)
+    fig, axes = _new_figure(4.0 * len(CURVES), 3.0 * len(panels) + 0.6, len(panels), len(CURVES))
     for r, ((*data, lam), at) in enumerate(panels):
         for i, value in enumerate(values):
             g = at[at["value"] == value]
