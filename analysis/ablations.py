@@ -165,7 +165,6 @@ def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
                             for a, v in zip(data_axes, data, strict=True))
             _style(axes[r][c], f"{where}lambda {lam:g}: {title}", "epoch")
         axes[r][0].legend(fontsize=8)
-    name = "critic" if axis == "critic" else "K"
-    fig.suptitle(f"{bench}: mi_backprop by {name} (mean, shaded min-max over seeds)",
+    fig.suptitle(f"{bench}: mi_backprop by {axis} (mean, shaded min-max over seeds)",
                  fontsize=12)
     return fig

@@ -344,8 +344,7 @@ def mi_eval_set(algo, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def mi_pair(z: torch.Tensor, c: torch.Tensor, y: torch.Tensor, seed: int, plan: Plan,
             weights: torch.Tensor | None) -> tuple[float, float]:
-    """I(z; c) and I(z; c | y): the second is 0 for a z that encodes y alone, where the first
-    still reads about I(y; c)."""
+    """I(z; c) and I(z; c | y) (mi_eval's `given`)."""
     return tuple(mi_eval(z, c, seed=seed, steps=plan.mi_steps, given=given,
                          cuda_graphs=plan.cuda_graphs, weights=weights) for given in (None, y))
 

@@ -54,9 +54,7 @@ class DigitsSettings:
 
 # Each preset's values were chosen by measurement (docs/MEASURED.md).
 EPOCHS_CPU = 6
-# A forward of all 60,000 training rows cost 30% of an epoch (bench/epoch_cost.py).
 TRAIN_EVAL_ROWS = 10_000
-# Its cost: docs/MEASURED.md, "The GPU path on an H200".
 MI_EVAL_EVERY_PAPER = 15
 
 DIGITS: dict[str, dict[str, object]] = {
