@@ -19,7 +19,7 @@ from pathlib import Path
 from sweeps.common import ray_job_address, storage_uri_problem
 from unbiased.benchmarks.spec import BenchmarkSpec  # nothing heavy (no torch)
 from unbiased.method_catalogue import DEFAULT_METHOD, methods_help
-from unbiased.settings import TrialSettings, bounds, trial_rule_problems
+from unbiased.settings import TrialSettings, bounds, kind_of, setting_of, trial_rule_problems
 
 
 def _list_of(kind: Callable[[str], float | int], check: Callable[[float], str | None]
@@ -198,8 +198,6 @@ def field_flags(group: argparse._ActionsContainer, cls: type,
                 fields: Sequence[dataclasses.Field]) -> None:
     """A flag per field of a settings dataclass, from its metadata; a `many` field (a data
     axis) takes a list, an `axis` field is a driver's own list flag."""
-    from unbiased.settings import kind_of, setting_of
-
     for f in fields:
         meta = setting_of(f)
         if meta is None:

@@ -22,6 +22,7 @@ from sweeps.common import SweepError, fail
 from sweeps.core import (
     benchmark_grid,
     finish,
+    has_key,
     nothing_to_resume,
     start,
     start_ray,
@@ -54,8 +55,6 @@ MODES = ["min", "max"]
 def search_space(values: dict, sigma: float, seed: int, method: str) -> dict:
     """One study's space, under the trial's point (so a resumed study finds its records)."""
     from ray import tune
-
-    from sweeps.core import has_key
 
     low, high = (float(v) for v in values["lam_range"])
     point: dict = {"method": method, "sigma": float(sigma), "seed": int(seed),

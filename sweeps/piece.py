@@ -25,17 +25,17 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import pandas as pd
 
-from sweeps.cli import resolve
+from sweeps.cli import build_parser, driver_command, resolve
 from sweeps.common import SweepError, fail
 from sweeps.core import GridSpec, bundle_points, check_local_gpu, take_done
 from sweeps.finished_trials import point_records, split_done
 from trainables.record import RecordStore, StoreSession
-from unbiased.settings import POINT_KEY
+from unbiased.settings import MEMBERS_KEY, POINT_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_COSTS = ROOT / "bench" / "results" / "gpu" / "piece_costs.json"
@@ -193,8 +193,6 @@ def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixe
 
 
 def parse(spec: GridSpec, argv: list[str] | None):
-    from sweeps.cli import build_parser, driver_command
-
     parser = build_parser("python -m sweeps piece", __doc__.splitlines()[0], spec.bench.presets,
                           benchmark=spec.bench)
     piece = parser.add_argument_group("a piece (sweeps/piece.py)")
@@ -228,8 +226,6 @@ def parse(spec: GridSpec, argv: list[str] | None):
 
 def effective(spec: GridSpec, config: dict) -> dict:
     """A trial's every value: its config, then its method's defaults, then its benchmark's."""
-    from dataclasses import asdict, fields
-
     from unbiased.methods import method_config
 
     settings = spec.bench.settings
@@ -331,7 +327,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
     """Run bundles of `todo` while the next fits in the time left, writing the whole rows
     after each."""
     from analysis.io import atomic_write_text
-    from unbiased.trial import MEMBERS_KEY, run_bundle, run_trial
+    from unbiased.trial import run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
     log: list[dict] = []
@@ -389,8 +385,6 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
 
 
 def _members(trial: dict) -> list[dict]:
-    from unbiased.trial import MEMBERS_KEY
-
     return list(trial.get(MEMBERS_KEY, [trial]))
 
 

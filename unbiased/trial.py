@@ -33,6 +33,7 @@ from unbiased.settings import (
     TrialSettings,
     flat_config,
     flat_point,
+    member_key,
     trial_rule_problems,
 )
 from unbiased.stopping import (
@@ -483,10 +484,6 @@ def close_epoch(algo, plan: Plan, rule: EpochPicker | None, metrics: dict,
 
 
 WATCHED = ("loss_task", "penalty", "mi_batch", "mi")
-
-
-def member_key(index: int) -> str:
-    return f"m{index}"
 
 
 def member_configs(config: dict) -> list[dict]:

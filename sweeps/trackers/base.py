@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from analysis.specs import DATA_AXES
 from sweeps.common import SweepError
-from unbiased.settings import POINT_KEY, flat_config
+from unbiased.settings import POINT_KEY, flat_config, member_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,8 +55,6 @@ def grid_points(trial) -> list[tuple[str, dict]]:
 
 def member_result(result: dict, index: int) -> dict | None:
     """A bundle member's part of a trial's result, None once it has diverged."""
-    from unbiased.trial import member_key
-
     prefix = f"{member_key(index)}/"
     own = {k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}
     return own if "epoch" in own else None
