@@ -10,6 +10,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.figures import _colors, _new_figure, _style
 from analysis.results import MI_METHOD, critic_warning
 from analysis.specs import valued_axes
 
@@ -138,8 +139,6 @@ def ablation_section(df: pd.DataFrame, axis: str, bench: str) -> str:
 
 
 def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
-    from analysis.figures import _colors, _new_figure, _style
-
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
     data_axes = valued_axes(rows)
     panels = list(rows.groupby([*data_axes, "lam"], sort=True))

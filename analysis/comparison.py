@@ -13,8 +13,10 @@ its worst group (Sagawa et al.'s, SubpopBench's); the oracle, an upper bound.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ import pandas as pd
 from analysis.cells import stat
 from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.results import estimator_failed, excluded_mask
+from unbiased.search import ARMS
 
 # The columns each cell reports, where the rows have them (Biased MNIST adds biased_acc).
 REPORTED = ("test_acc", "test_worst_acc", "biased_acc")
@@ -258,8 +261,6 @@ def rows_flags(table: pd.DataFrame) -> str:
 def write_comparison(df: pd.DataFrame, out: Path, screen_seeds: Sequence[int] = (0,),
                      tolerance: float = 0.05, command: str = "") -> list[Path]:
     """OUT/comparison.md and comparison.parquet of a tuning sweep's rows (atomically)."""
-    from unbiased.search import ARMS
-
     rows = df[df["arm"].notna()].astype({"draw": int})
     table = compare(rows, screen_seeds, tolerance)
     if table.empty:
@@ -294,9 +295,6 @@ def _row_seeds(rows: pd.DataFrame, screen_seeds: Sequence[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(
         prog="python -m analysis.comparison",
         description="The comparison of a tuning sweep's screen and rows (results directories "

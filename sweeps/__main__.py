@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from unbiased.benchmarks import registered
+
 DRIVERS = {
     "lambda_search": "sweeps.lambda_search",  # Optuna on digits: a search, not a grid
     "rerun": "sweeps.rerun",  # re-runs a finished sweep's picks on new seeds
@@ -22,8 +24,6 @@ DRIVERS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from unbiased.benchmarks import registered
-
     argv = list(sys.argv[1:] if argv is None else argv)
     benchmarks = registered()
     names = ", ".join(dict.fromkeys([*benchmarks, *DRIVERS]))

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeps.common import ray_job_address, storage_uri_problem
+from unbiased.benchmarks import benchmark_spec
 from unbiased.benchmarks.spec import BenchmarkSpec  # nothing heavy (no torch)
 from unbiased.method_catalogue import DEFAULT_METHOD, methods_help
+from unbiased.search import ARMS
 from unbiased.settings import TrialSettings, bounds, kind_of, setting_of, trial_rule_problems
 
 
@@ -94,8 +96,6 @@ def method_lams(text: str) -> tuple[str, list[float]]:
 
 
 def _known_arm(name: str) -> str | None:
-    from unbiased.search import ARMS
-
     return None if name in ARMS else f"unknown arm; choose from {', '.join(ARMS)}"
 
 
@@ -281,8 +281,6 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
             "an equal tuning budget (unbiased/search.py; the `tune` presets): every arm the "
             "same number of draws from its method's distributions, instead of --method, "
             "--lam and --K's grid")
-        from unbiased.search import ARMS
-
         _preset_value(tuning, "--arms", type=ARM_LIST,
                       help=f"arms, comma-separated: {', '.join(ARMS)}")
         _preset_value(tuning, "--draws", type=POS_INT, help="draws per arm")
@@ -421,8 +419,6 @@ def fetch_command(command: str, benchmark: str, preset: str, values: dict,
                   explicit: set[str]) -> str:
     """The `--fetch-data` command of this sweep: its driver, preset, the flags given of the
     benchmark's fetch_keys, and its --root."""
-    from unbiased.benchmarks import benchmark_spec
-
     words = [command, "--preset", shlex.quote(preset)]
     for key in benchmark_spec(benchmark).fetch_keys:
         if key in explicit and values.get(key) is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.specs import DATA_AXES
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.common import SweepError, fail
@@ -26,7 +27,9 @@ from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from sweeps.signals import defer_stop_signals
 from trainables.record import RecordStore, trial_key
+from unbiased.benchmarks import benchmark_spec
 from unbiased.benchmarks.spec import BenchmarkSpec
+from unbiased.search import ARMS
 from unbiased.settings import POINT_KEY, SETTINGS_KEY, WARM_FROM, TrialSettings, flat_point
 
 # Trial keys read by the trainable itself (unbiased/trial.py), whatever the method.
@@ -46,8 +49,6 @@ def method_keys() -> tuple[str, ...]:
 def sweep_methods(values: dict) -> list[str]:
     """The methods a sweep's trials run: its arms' (a tuning preset), else `method`'s."""
     if values.get("arms"):
-        from unbiased.search import ARMS
-
         return list(dict.fromkeys(ARMS[arm].method for arm in values["arms"]))
     return list(values.get("method") or ["mi_backprop"])
 
@@ -210,8 +211,6 @@ class GridSpec:
 
 def benchmark_grid(name: str, **overrides) -> GridSpec:
     """The grid `python -m sweeps NAME` runs, with a driver's `overrides` (GridSpec's fields)."""
-    from unbiased.benchmarks import benchmark_spec
-
     return GridSpec(benchmark_spec(name), **overrides)
 
 
@@ -529,8 +528,6 @@ def summary(df: pd.DataFrame, spec: GridSpec) -> str:
     rows = df[df["selected"]] if "selected" in df.columns else df
     cols = [c for c in ("method", *spec.data_axes, "lam", "K", "seed", "epoch",
                         *spec.bench.summary, "mi", "mi_eval", "status") if c in rows.columns]
-    from analysis.specs import DATA_AXES
-
     keys = list(dict.fromkeys(c for c in ("method", *DATA_AXES, "lam", "K", "seed")
                               if c in cols))
     return rows[cols].sort_values(keys).to_string(index=False,

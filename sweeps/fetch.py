@@ -9,6 +9,7 @@ missing ends on, naming that command (the sweep's own driver, preset and --root)
 from __future__ import annotations
 
 import sys
+from shlex import quote
 
 
 def run_fetch(benchmark: str, preset: str, values: dict, command: str) -> int:
@@ -48,8 +49,6 @@ def missing_data(exc: Exception, command: str, root: object) -> str:
 
 def sweep_missing_data(exc: Exception, args) -> str:
     """`missing_data` with a sweep's fetch command (a re-run's has none: the benchmark's)."""
-    from shlex import quote
-
     root = args.values.get("root")
     command = args.fetch_command or " ".join(
         [f"python -m sweeps {args.benchmark} --preset {quote(args.preset)} --fetch-data",

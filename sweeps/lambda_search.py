@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.pareto import pareto_front, write_front
+from analysis.results import final_rows
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, resolve
 from sweeps.common import SweepError, fail
@@ -180,16 +182,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pareto_front(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from analysis.pareto import pareto_front
-    from analysis.results import final_rows
-
     finals = final_rows(df)
     return pareto_front(finals), finals
 
 
 def _write_front(args: SweepArgs, df: pd.DataFrame) -> list[Path]:
-    from analysis.pareto import write_front
-
     front, finals = _pareto_front(df)
     return [Path(p) for p in write_front(front, finals, args.out)]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import platform
 import subprocess
 import sys
 import tempfile
@@ -11,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import build_all
+from analysis.io import atomic_write_parquet, atomic_write_text
 from sweeps.cli import SweepArgs
 from sweeps.common import BUCKET_SCHEMES, SweepError
 
@@ -123,9 +127,6 @@ def storage_dir(args: SweepArgs) -> str:
 
 def provenance() -> dict[str, object]:
     """Package versions and the git commit ("unknown" where the code came without .git)."""
-    import importlib.metadata
-    import platform
-
     versions = {"python": platform.python_version()}
     for dist in ("unbiased-mi", "torch", "torchvision", "ray", "pandas", "numpy", "pyarrow",
                  "optuna", "scikit-learn"):
@@ -150,9 +151,6 @@ def provenance() -> dict[str, object]:
 
 
 def write_outputs(args: SweepArgs, experiment: str, df: pd.DataFrame) -> list[Path]:
-    from analysis import build_all
-    from analysis.io import atomic_write_parquet, atomic_write_text
-
     path = args.out / "results.parquet"
     record = {"experiment": experiment, "benchmark": args.benchmark, "preset": args.preset,
               "values": args.values, "written": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -30,10 +30,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.io import atomic_write_text
 from sweeps.cli import build_parser, driver_command, resolve
 from sweeps.common import SweepError, fail
 from sweeps.core import GridSpec, bundle_points, check_local_gpu, take_done
+from sweeps.export_epochs import export_frame
 from sweeps.finished_trials import point_records, split_done
+from sweeps.results_frame import results_frame
 from trainables.record import RecordStore, StoreSession
 from unbiased.settings import MEMBERS_KEY, POINT_KEY
 
@@ -179,9 +182,6 @@ def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixe
                   ) -> pd.DataFrame:
     """The rows, in export's format, of every point the records hold whole (what --done
     takes)."""
-    from sweeps.export_epochs import export_frame
-    from sweeps.results_frame import results_frame
-
     trials = [(rows, config, key, None) for key, (rows, config, _, ended)
               in point_records(records, fixed, points).items() if ended]
     if not trials:
@@ -326,7 +326,6 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
               costs: Costs, most: int, stamp: dict[str, str], deadline: float) -> int:
     """Run bundles of `todo` while the next fits in the time left, writing the whole rows
     after each."""
-    from analysis.io import atomic_write_text
     from unbiased.trial import run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
@@ -395,8 +394,6 @@ def _point(spec: GridSpec, point: dict) -> str:
 
 def _write_plan(out: Path, ns: argparse.Namespace, stamp: dict, shape: Shape,
                 log: list[dict], elapsed: float) -> None:
-    from analysis.io import atomic_write_text
-
     plan = {"budget_s": ns.budget, "elapsed_s": round(elapsed, 1), "costs": str(ns.costs),
             "precision": shape.precision, **stamp, "epochs": shape.epochs,
             "steps": shape.steps, "estimates": shape.estimates, "runs": log}

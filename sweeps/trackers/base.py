@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysis.io import atomic_write_text
 from analysis.specs import DATA_AXES
 from sweeps.common import SweepError
 from unbiased.settings import POINT_KEY, flat_config, member_key
@@ -80,8 +81,6 @@ class Tracker:
         return json.loads(path.read_text()) if path.is_file() else None
 
     def write_state(self, out: Path, state: dict) -> None:
-        from analysis.io import atomic_write_text
-
         atomic_write_text(out / f"{self.name}.json", json.dumps(state, indent=2))
 
     def resumed(self, args: SweepArgs, where: str) -> dict | None:
