@@ -266,8 +266,9 @@ def write_comparison(df: pd.DataFrame, out: Path, screen_seeds: Sequence[int] = 
     if table.empty:
         return []
     labels = {name: arm.label for name, arm in ARMS.items()}
-    text = comparison_markdown(table, labels, command or _sweep_command(out),
-                               _row_seeds(rows, screen_seeds))
+    others = sorted(set(rows["seed"]) - set(screen_seeds))
+    row_seeds = ",".join(map(str, others or range(max(screen_seeds) + 1, max(screen_seeds) + 4)))
+    text = comparison_markdown(table, labels, command or _sweep_command(out), row_seeds)
     return [atomic_write_text(out / "comparison.md", text),
             atomic_write_parquet(table, out / "comparison.parquet")]
 
@@ -287,11 +288,6 @@ def _sweep_command(out: Path) -> str:
     if kept and kept[0].endswith("sweeps/__main__.py"):
         kept[0] = "-m sweeps"
     return " ".join(["python", *kept, "--out", f"{out}_rows"]) if kept else ""
-
-
-def _row_seeds(rows: pd.DataFrame, screen_seeds: Sequence[int]) -> str:
-    others = sorted(set(rows["seed"]) - set(screen_seeds))
-    return ",".join(map(str, others or range(max(screen_seeds) + 1, max(screen_seeds) + 4)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,13 +46,6 @@ def method_keys() -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for name in METHODS for k in config_keys(name)))
 
 
-def sweep_methods(values: dict) -> list[str]:
-    """The methods a sweep's trials run: its arms' (a tuning preset), else `method`'s."""
-    if values.get("arms"):
-        return list(dict.fromkeys(ARMS[arm].method for arm in values["arms"]))
-    return list(values.get("method") or ["mi_backprop"])
-
-
 def has_key(method: str, key: str) -> bool:
     from unbiased.methods import config_keys
 
@@ -133,7 +126,8 @@ class GridSpec:
         was asked without a word."""
         from unbiased.methods import METHODS, config_keys
 
-        methods = sweep_methods(values)
+        methods = (list(dict.fromkeys(ARMS[arm].method for arm in values["arms"]))
+                   if values.get("arms") else list(values.get("method") or ["mi_backprop"]))
         read = {key for method in methods for key in config_keys(method)}
         for key in sorted(explicit & set(method_keys()) - read):
             readers = [name for name in METHODS if key in config_keys(name)]

@@ -218,10 +218,6 @@ def hold_out(bench: Benchmark, fraction: float, seed: int) -> Benchmark:
         info={**bench.info, "n_train": n - held, "n_val": held})
 
 
-def worst_group_name(split: str) -> str:
-    return split.removesuffix("_acc") + "_worst_acc"
-
-
 def group_accuracies(pred: torch.Tensor, y: torch.Tensor, groups: torch.Tensor, count: int
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each group's accuracy and size (accuracy NaN where the group has no row)."""

@@ -27,7 +27,6 @@ from unbiased.data import (
     balanced_weights,
     capped_group_rows,
     group_accuracies,
-    worst_group_name,
 )
 from unbiased.mine import permutation
 from unbiased.models import INPUT_NORMS, MODELS, InputNorm, map_channels
@@ -503,7 +502,7 @@ def worst_group(split: str, pred: torch.Tensor, y: torch.Tensor, groups: torch.T
     and the smallest one's rows (a worst group of a few rows is a noisy pick)."""
     accs, sizes = group_accuracies(pred, y, groups, count)
     present = sizes > 0
-    out = {worst_group_name(split): float(accs[present].min())}
+    out = {split.removesuffix("_acc") + "_worst_acc": float(accs[present].min())}
     if split == VAL_SPLIT:
         out.update(val_groups=int(present.sum()), val_min_group=int(sizes[present].min()))
     return out
