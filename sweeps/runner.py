@@ -103,7 +103,6 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
                 return
             points = _points(flat_config(trial.config))
             for i, point in enumerate(points):
-                # a bundle's member reports under "m<i>/" (unbiased/trial.py)
                 prefix = f"{member_key(i)}/" if len(points) > 1 else ""
                 if f"{prefix}epoch" not in result:
                     continue  # a bundle member that diverged earlier
