@@ -165,8 +165,8 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
 
 
 def _bars_per_lambda(ax, finals: pd.DataFrame, metric: str, lams: list[float],
-                     chosen: float | None) -> None:
-    """One bar per lambda (error bar: std over seeds, dots: single seeds); `chosen` outlined."""
+                     picked: list[bool]) -> None:
+    """One bar per lambda (error bar: std over seeds, dots: single seeds); `picked` outlined."""
     colors = _colors(lams)
     for i, lam in enumerate(lams):
         vals = finals.loc[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9), metric]
@@ -174,9 +174,8 @@ def _bars_per_lambda(ax, finals: pd.DataFrame, metric: str, lams: list[float],
         if vals.empty:
             continue
         std = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-        picked = chosen is not None and np.isclose(lam, chosen, rtol=0.0, atol=1e-9)
         ax.bar(i, float(vals.mean()), yerr=std, capsize=4, color=colors[lam], alpha=0.8,
-               edgecolor="black" if picked else "none", lw=2.0 if picked else 0.0)
+               edgecolor="black" if picked[i] else "none", lw=2.0 if picked[i] else 0.0)
         ax.plot(np.full(len(vals), i), vals.to_numpy(), "k.", ms=4, alpha=0.6)
 
 
@@ -190,20 +189,19 @@ def trade_off_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, 
     panels = (("test_acc", "test accuracy (higher is better)"), (metric, label))
     lams = sorted(set(finals["lam"].astype(float)))
     choice = groups.chosen(rule, finals)
-    chosen = choice.lam if choice is not None else None
+    picked = [choice is not None and bool(np.isclose(lam, choice.lam, rtol=0.0, atol=1e-9))
+              for lam in lams]
     fig, axes = _new_figure(10.0, 3.6, 1, len(panels))
     base_styles = ("--", ":", "-.")
     for ax, (metric, ylabel) in zip(axes[0], panels, strict=True):
-        _bars_per_lambda(ax, finals, metric, lams, chosen)
+        _bars_per_lambda(ax, finals, metric, lams, picked)
         for j, (method, g) in enumerate(baselines.groupby("method", sort=True)):
             vals = g[metric].dropna().astype(float)
             if not vals.empty:
                 ax.axhline(float(vals.mean()), ls=base_styles[j % len(base_styles)], lw=1.5,
                            color="0.25", label=f"{method} (mean of {len(vals)})")
-        ax.set_xticks(np.arange(len(lams)), [f"{lam:g}" + (" *" if chosen is not None and
-                                                         np.isclose(lam, chosen, rtol=0.0,
-                                                                    atol=1e-9) else "")
-                                             for lam in lams])
+        ax.set_xticks(np.arange(len(lams)), [f"{lam:g}" + (" *" if p else "")
+                                             for lam, p in zip(lams, picked, strict=True)])
         _style(ax, ylabel, f"λ (* = {rule.name} choice, outlined)", ylabel, grid_axis="y")
         if metric == "test_acc":  # accuracies differ by points: zoom in rather than start at 0
             shown = pd.concat([finals[metric], baselines[metric]]).dropna().astype(float)
