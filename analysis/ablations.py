@@ -10,6 +10,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.cells import md_table
 from analysis.figures import _colors, _new_figure, _style
 from analysis.results import MI_METHOD, critic_warning
 from analysis.specs import valued_axes
@@ -118,24 +119,21 @@ def ablation_section(df: pd.DataFrame, axis: str, bench: str) -> str:
             "Minutes: a trial's wall time as it ran (two trials side by side on the machine "
             "that ran it).")
     data_axes = valued_axes(_trained(df))
-    lines = [f"## Ablation over {what}", "", note, "",
-             "| " + "".join(f"{a} | " for a in data_axes) +
-             f"lambda | {'critic' if axis == 'critic' else 'K'} | seeds | test acc | "
-             "best test acc (peeks) | train acc | mi_eval | mi_eval_cond | own critic ran "
-             "away | minutes a trial | machines |", "|---" * (11 + len(data_axes)) + "|"]
+    header = [*data_axes, "lambda", axis, "seeds", "test acc", "best test acc (peeks)",
+              "train acc", "mi_eval", "mi_eval_cond", "own critic ran away", "minutes a trial",
+              "machines"]
+    rows = []
     for point, at in trials.groupby([*data_axes, "lam"]):
         *data, lam = point
         for value in _order(axis, set(at["value"])):
             g = at[at["value"] == value]
-            seeds = ", ".join(str(s) for s in sorted(g["seed"]))
-            lines.append(
-                "| " + "".join(f"{_axis_value(v)} | " for v in data)
-                + f"{lam:g} | {value} | {seeds} | "
-                f"{_cell(g['test_acc'])} | {_cell(g['best_test_acc'])} | "
-                f"{_cell(g['train_acc'])} | {_cell(g['mi_eval'], 2)} | "
-                f"{_cell(g['mi_eval_cond'], 2)} | {int(g['ran_away'].sum())} of {len(g)} | "
-                f"{_cell(g['minutes'], 1)} | {', '.join(sorted(set(map(str, g['machine']))))} |")
-    return "\n".join(lines) + "\n"
+            rows.append([*map(_axis_value, data), f"{lam:g}", value,
+                         ", ".join(str(s) for s in sorted(g["seed"])), _cell(g["test_acc"]),
+                         _cell(g["best_test_acc"]), _cell(g["train_acc"]),
+                         _cell(g["mi_eval"], 2), _cell(g["mi_eval_cond"], 2),
+                         f"{int(g['ran_away'].sum())} of {len(g)}", _cell(g["minutes"], 1),
+                         ", ".join(sorted(set(map(str, g["machine"]))))])
+    return "\n".join([f"## Ablation over {what}", "", note, "", md_table(header, rows)])
 
 
 def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
