@@ -1,8 +1,5 @@
 """IMDB faces (IMDB-WIKI `imdb_crop`), the paper's Table 2: gender without the age bias.
 
-Data: the `imdb_crop` release (faces only) from DOWNLOAD_URL: `imdb.mat` next to the JPEG
-folders `full_path` points into. `root` is that folder or its parent.
-
 Cleaning (`load_index`) drops a row without a face, with a second face, without gender, with
 an age outside 0..100 (the release's README: `datevec(datenum(photo_taken,7,1)-dob)`), or
 whose file is missing or unreadable.
