@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import build_all
+from analysis.build import EXPERIMENT_FILE, build_all
 from analysis.io import atomic_write_parquet, atomic_write_text
 from sweeps.cli import SweepArgs
 from sweeps.common import BUCKET_SCHEMES, SweepError
-
-EXPERIMENT_FILE = "experiment.json"
 
 
 def check_out_dir(args: SweepArgs, experiment: str) -> None:
