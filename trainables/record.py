@@ -81,9 +81,7 @@ class RecordStore:
 
     @classmethod
     def located(cls, root: str) -> RecordStore:
-        if "://" in root:
-            return cls(None, root)
-        return cls(pafs.LocalFileSystem(), root)
+        return cls(None if "://" in root else pafs.LocalFileSystem(), root)
 
     @property
     def fs(self) -> pafs.FileSystem:
