@@ -1,11 +1,6 @@
 """`python -m sweeps NAME [flags]`: one entry point for every driver.
 
 A registered benchmark runs its grid; the other drivers have a file of their own (DRIVERS).
-
-    python -m sweeps digits --preset quick
-    python -m sweeps digits --preset k_ablation_cpu  # the supplementary's K ablation
-    python -m sweeps NAME --dry-run                  # any registered benchmark
-    python -m sweeps german --help
 """
 
 from __future__ import annotations

@@ -300,9 +300,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
 
 def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
           tail: str = "") -> dict[str, object]:
-    """The start every sweep shares, before Ray: checks (GPU and storage when `running`),
-    the data loaded once, the trackers started and the start line (`trials`, then `tail`).
-    Returns the loaded objects the trials get."""
+    """The start every sweep shares, before Ray; returns the loaded objects the trials get."""
     defer_stop_signals()
     if running:
         check_local_gpu(args)

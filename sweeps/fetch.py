@@ -1,9 +1,7 @@
 """`--fetch-data`: a sweep's data fetched (or checked) on a machine with network, such as a
 cluster's login node, for sweeps on nodes without it; and the line a sweep whose data is
-missing ends on, naming that command (the sweep's own driver, preset and --root).
-
-    python -m sweeps digits --preset paper --fetch-data --root DATA    # on the login node
-    sbatch ... slurm/sweep.sbatch sweeps/digits_grid.py --preset paper --root DATA
+missing ends on, naming that command (the sweep's own driver, preset and --root); the
+commands: docs/CLUSTER.md.
 """
 
 from __future__ import annotations

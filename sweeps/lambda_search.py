@@ -1,8 +1,5 @@
 """Optuna lambda search on Colored MNIST: lambda (log scale) and K per sigma, label-free objectives.
 
-    python -m sweeps lambda_search                    # quick preset: 6 trials, embedded data, CPU
-    python -m sweeps lambda_search --preset paper --root data --address auto
-
 One multi-objective TPE study per (method, sigma, seed): minimise `mi_eval` (a fresh critic's
 MI of the final features) and maximise `train_acc`, neither reading test labels. Writes what
 the grid drivers write, plus OUT/pareto.parquet and OUT/pareto.md: each study's Pareto front
