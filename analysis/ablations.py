@@ -86,8 +86,7 @@ def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
         chosen = trial[trial["selected"].astype(bool)] if "selected" in trial else trial[-1:]
         chosen = chosen if len(chosen) else trial[-1:]
         row = chosen.iloc[-1]
-        # The chosen epoch's estimates made again with another seed (unbiased by the choice)
-        # where the stopping rule ran, else the reported epoch's own.
+        # The reported epoch's estimates made again with another seed where the rule ran.
         mi_eval = row.get("selected_mi_eval", math.nan)
         mi_cond = row.get("selected_mi_eval_cond", math.nan)
         if pd.isna(mi_eval):

@@ -18,7 +18,6 @@ _FILE_MODE = 0o644
 
 
 def atomic_write(path: str | os.PathLike[str], writer: Callable[[Path], None]) -> Path:
-    """Call `writer(tmp)` on a temp path next to `path`, then move it onto `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",

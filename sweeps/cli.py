@@ -162,7 +162,6 @@ GRID_KEYS = ("experiment", "data_axes")
 # Preset keys whose flag is not `--` + the key with dashes.
 _RENAMES = {"num_workers": "workers"}
 
-
 _NO_DEFAULT = object()  # a flag whose unset value only a preset gives
 
 

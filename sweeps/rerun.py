@@ -32,8 +32,6 @@ from sweeps.outputs import EXPERIMENT_FILE
 from unbiased.benchmarks import registered
 
 PROG = "python -m sweeps rerun"
-
-
 # A lambda search's picks re-run as a digits grid.
 SEARCHES = {"lambda_search": "digits"}
 

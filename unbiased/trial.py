@@ -46,8 +46,6 @@ from unbiased.stopping import (
 
 # The seed of the selected epoch's second estimate is the trial seed plus this.
 REESTIMATE_SEED_OFFSET = 7_919
-
-
 # A plain trial's checkpoint file; a bundle member's is state_<member>.pt.
 CHECKPOINT_FILE = "state.pt"
 
