@@ -10,6 +10,8 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.cells import md_table
+from analysis.figures import _colors, _new_figure, _style
 from analysis.results import MI_METHOD, critic_warning
 from analysis.specs import valued_axes
 
@@ -84,8 +86,7 @@ def per_trial(df: pd.DataFrame, axis: str) -> pd.DataFrame:
         chosen = trial[trial["selected"].astype(bool)] if "selected" in trial else trial[-1:]
         chosen = chosen if len(chosen) else trial[-1:]
         row = chosen.iloc[-1]
-        # The chosen epoch's estimates made again with another seed (unbiased by the choice)
-        # where the stopping rule ran, else the reported epoch's own.
+        # The reported epoch's estimates made again with another seed where the rule ran.
         mi_eval = row.get("selected_mi_eval", math.nan)
         mi_cond = row.get("selected_mi_eval_cond", math.nan)
         if pd.isna(mi_eval):
@@ -117,36 +118,30 @@ def ablation_section(df: pd.DataFrame, axis: str, bench: str) -> str:
             "Minutes: a trial's wall time as it ran (two trials side by side on the machine "
             "that ran it).")
     data_axes = valued_axes(_trained(df))
-    lines = [f"## Ablation over {what}", "", note, "",
-             "| " + "".join(f"{a} | " for a in data_axes) +
-             f"lambda | {'critic' if axis == 'critic' else 'K'} | seeds | test acc | "
-             "best test acc (peeks) | train acc | mi_eval | mi_eval_cond | own critic ran "
-             "away | minutes a trial | machines |", "|---" * (11 + len(data_axes)) + "|"]
+    header = [*data_axes, "lambda", axis, "seeds", "test acc", "best test acc (peeks)",
+              "train acc", "mi_eval", "mi_eval_cond", "own critic ran away", "minutes a trial",
+              "machines"]
+    rows = []
     for point, at in trials.groupby([*data_axes, "lam"]):
         *data, lam = point
         for value in _order(axis, set(at["value"])):
             g = at[at["value"] == value]
-            seeds = ", ".join(str(s) for s in sorted(g["seed"]))
-            lines.append(
-                "| " + "".join(f"{_axis_value(v)} | " for v in data)
-                + f"{lam:g} | {value} | {seeds} | "
-                f"{_cell(g['test_acc'])} | {_cell(g['best_test_acc'])} | "
-                f"{_cell(g['train_acc'])} | {_cell(g['mi_eval'], 2)} | "
-                f"{_cell(g['mi_eval_cond'], 2)} | {int(g['ran_away'].sum())} of {len(g)} | "
-                f"{_cell(g['minutes'], 1)} | {', '.join(sorted(set(map(str, g['machine']))))} |")
-    return "\n".join(lines) + "\n"
+            rows.append([*map(_axis_value, data), f"{lam:g}", value,
+                         ", ".join(str(s) for s in sorted(g["seed"])), _cell(g["test_acc"]),
+                         _cell(g["best_test_acc"]), _cell(g["train_acc"]),
+                         _cell(g["mi_eval"], 2), _cell(g["mi_eval_cond"], 2),
+                         f"{int(g['ran_away'].sum())} of {len(g)}", _cell(g["minutes"], 1),
+                         ", ".join(sorted(set(map(str, g["machine"]))))])
+    return "\n".join([f"## Ablation over {what}", "", note, "", md_table(header, rows)])
 
 
 def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
-    from analysis.figures import _colors, _new_figure, _style
-
     rows = _trained(df).assign(value=lambda d: _values(d, axis))
     data_axes = valued_axes(rows)
     panels = list(rows.groupby([*data_axes, "lam"], sort=True))
     values = _order(axis, set(rows["value"]))
     colors = _colors([float(i) for i in range(len(values))])
-    fig = _new_figure(4.0 * len(CURVES), 3.0 * len(panels) + 0.6)
-    axes = fig.subplots(len(panels), len(CURVES), squeeze=False)
+    fig, axes = _new_figure(4.0 * len(CURVES), 3.0 * len(panels) + 0.6, len(panels), len(CURVES))
     for r, ((*data, lam), at) in enumerate(panels):
         for i, value in enumerate(values):
             g = at[at["value"] == value]
@@ -166,7 +161,6 @@ def ablation_figure(df: pd.DataFrame, axis: str, bench: str) -> Figure:
                             for a, v in zip(data_axes, data, strict=True))
             _style(axes[r][c], f"{where}lambda {lam:g}: {title}", "epoch")
         axes[r][0].legend(fontsize=8)
-    name = "critic" if axis == "critic" else "K"
-    fig.suptitle(f"{bench}: mi_backprop by {name} (mean, shaded min-max over seeds)",
+    fig.suptitle(f"{bench}: mi_backprop by {axis} (mean, shaded min-max over seeds)",
                  fontsize=12)
     return fig

@@ -15,8 +15,6 @@ from analysis.results import lam_label
 
 TIDY_COLUMNS = ["benchmark", "block", "row", "column", "mean", "std", "n", "source", "rule",
                 "lam"]
-
-
 DASH = "—"
 
 

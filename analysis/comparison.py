@@ -6,23 +6,17 @@ picks an epoch (where it does: the validation rules and the oracle read every ep
 paper's lowest-MI rule reads the epoch the trial's own label-free stopping rule reported),
 then among the arm's draws it picks one. The arm's row under the rule is that draw on the
 other seeds (the rows: the screen's seed is not among them), each trial at the epoch the rule
-picks in it. The rules:
-
-- `lowest_mi`: the paper's, label-free. Among draws whose reported epoch fits the training
-  data (train accuracy within `tolerance` of the arm's best) and whose fresh MI estimate did
-  not fail, the lowest `mi_eval`.
-- `val_acc`: the field's training-domain validation (DomainBed): the highest accuracy on the
-  held-out training rows (`val_acc`), which carry the training set's bias.
-- `val_worst`: the highest worst-group accuracy on those rows (`val_worst_acc`; Sagawa et
-  al.'s, SubpopBench's), ties to `val_acc`. It reads the bias label of validation rows.
-- `oracle`: the highest test accuracy. It peeks at test labels: an upper bound, never a
-  method's result.
+picks in it. The rules (`RULES`): the paper's lowest MI among draws that fit the training data
+and whose fresh estimate did not fail; the field's training-domain validation (DomainBed) and
+its worst group (Sagawa et al.'s, SubpopBench's); the oracle, an upper bound.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +27,7 @@ import pandas as pd
 from analysis.cells import stat
 from analysis.io import atomic_write_parquet, atomic_write_text
 from analysis.results import estimator_failed, excluded_mask
+from unbiased.search import ARMS
 
 # The columns each cell reports, where the rows have them (Biased MNIST adds biased_acc).
 REPORTED = ("test_acc", "test_worst_acc", "biased_acc")
@@ -152,14 +147,14 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
     return draw, reason
 
 
-def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: float = 0.05,
-            rules: Sequence[Rule] = RULES) -> pd.DataFrame:
+def compare(df: pd.DataFrame, screen_seeds: Sequence[int] = (0,), tolerance: float = 0.05
+            ) -> pd.DataFrame:
     """One row per (data point, rule, arm): the draw the rule picks on the screen seeds, and
     on every other seed its trials' means, stds and count at the rule's epochs."""
     screen_seeds = {int(s) for s in screen_seeds}
     points = _point_keys(df)
     out = []
-    for rule in rules:
+    for rule in RULES:
         picked = picked_rows(df, rule)
         if picked.empty:
             continue
@@ -266,15 +261,14 @@ def rows_flags(table: pd.DataFrame) -> str:
 def write_comparison(df: pd.DataFrame, out: Path, screen_seeds: Sequence[int] = (0,),
                      tolerance: float = 0.05, command: str = "") -> list[Path]:
     """OUT/comparison.md and comparison.parquet of a tuning sweep's rows (atomically)."""
-    from unbiased.search import ARMS
-
     rows = df[df["arm"].notna()].astype({"draw": int})
     table = compare(rows, screen_seeds, tolerance)
     if table.empty:
         return []
     labels = {name: arm.label for name, arm in ARMS.items()}
-    text = comparison_markdown(table, labels, command or _sweep_command(out),
-                               _row_seeds(rows, screen_seeds))
+    others = sorted(set(rows["seed"]) - set(screen_seeds))
+    row_seeds = ",".join(map(str, others or range(max(screen_seeds) + 1, max(screen_seeds) + 4)))
+    text = comparison_markdown(table, labels, command or _sweep_command(out), row_seeds)
     return [atomic_write_text(out / "comparison.md", text),
             atomic_write_parquet(table, out / "comparison.parquet")]
 
@@ -296,15 +290,7 @@ def _sweep_command(out: Path) -> str:
     return " ".join(["python", *kept, "--out", f"{out}_rows"]) if kept else ""
 
 
-def _row_seeds(rows: pd.DataFrame, screen_seeds: Sequence[int]) -> str:
-    others = sorted(set(rows["seed"]) - set(screen_seeds))
-    return ",".join(map(str, others or range(max(screen_seeds) + 1, max(screen_seeds) + 4)))
-
-
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(
         prog="python -m analysis.comparison",
         description="The comparison of a tuning sweep's screen and rows (results directories "

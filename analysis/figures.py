@@ -26,10 +26,10 @@ PENALTY_PANELS: tuple[tuple[str, str], ...] = (("penalty", "the method's penalty
                                                *PANELS[1:])
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def _new_figure(width: float, height: float, rows: int, cols: int) -> tuple[Figure, np.ndarray]:
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
-    return fig
+    return fig, fig.subplots(rows, cols, squeeze=False)
 
 
 def _style(ax, title: str, xlabel: str, ylabel: str | None = None, grid_axis: str = "both"
@@ -77,8 +77,7 @@ def curves_figure(rows: pd.DataFrame, bench: str, K: int, method: str = MI_METHO
     colors = _colors(lams)
     has_mi = np.isfinite(rows["mi"].to_numpy(dtype=float)).any()
     panels = PANELS if has_mi or "penalty" not in rows.columns else PENALTY_PANELS
-    fig = _new_figure(13.0, 3.1 * len(groups) + 0.6)
-    axes = fig.subplots(len(groups), len(panels), squeeze=False)
+    fig, axes = _new_figure(13.0, 3.1 * len(groups) + 0.6, len(groups), len(panels))
     for r, (key, sub) in enumerate(groups):
         for lam in lams:
             g = sub[np.isclose(sub["lam"], lam, rtol=0.0, atol=1e-9)]
@@ -116,8 +115,7 @@ def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figur
     methods = sorted(set(finals["method"].astype(str)), key=lambda m: (m != MI_METHOD, m))
     colors = _colors([float(i) for i in range(len(methods))])
     groups = _subgroups(finals)
-    fig = _new_figure(13.0, 3.1 * len(groups) + 0.6)
-    axes = fig.subplots(len(groups), len(METHOD_PANELS), squeeze=False)
+    fig, axes = _new_figure(13.0, 3.1 * len(groups) + 0.6, len(groups), len(METHOD_PANELS))
     x = {lam: i for i, lam in enumerate(lams)}
     for r, (key, sub) in enumerate(groups):
         base = _at_key(erm, key)
@@ -144,8 +142,7 @@ def methods_figure(finals: pd.DataFrame, bench: str, erm: pd.DataFrame) -> Figur
 def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
     """Final test accuracy and final MI vs K; a row per lambda, a line per data point."""
     lams = sorted(set(finals["lam"].astype(float)))
-    fig = _new_figure(10.0, 3.0 * len(lams) + 0.6)
-    axes = fig.subplots(len(lams), 2, squeeze=False)
+    fig, axes = _new_figure(10.0, 3.0 * len(lams) + 0.6, len(lams), 2)
     groups = _subgroups(finals)
     colors = _colors([float(i) for i in range(len(groups))])
     for r, lam in enumerate(lams):
@@ -168,8 +165,8 @@ def k_ablation_figure(finals: pd.DataFrame, bench: str) -> Figure:
 
 
 def _bars_per_lambda(ax, finals: pd.DataFrame, metric: str, lams: list[float],
-                     chosen: float | None) -> None:
-    """One bar per lambda (error bar: std over seeds, dots: single seeds); `chosen` outlined."""
+                     picked: list[bool]) -> None:
+    """One bar per lambda (error bar: std over seeds, dots: single seeds); `picked` outlined."""
     colors = _colors(lams)
     for i, lam in enumerate(lams):
         vals = finals.loc[np.isclose(finals["lam"], lam, rtol=0.0, atol=1e-9), metric]
@@ -177,9 +174,8 @@ def _bars_per_lambda(ax, finals: pd.DataFrame, metric: str, lams: list[float],
         if vals.empty:
             continue
         std = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-        picked = chosen is not None and np.isclose(lam, chosen, rtol=0.0, atol=1e-9)
         ax.bar(i, float(vals.mean()), yerr=std, capsize=4, color=colors[lam], alpha=0.8,
-               edgecolor="black" if picked else "none", lw=2.0 if picked else 0.0)
+               edgecolor="black" if picked[i] else "none", lw=2.0 if picked[i] else 0.0)
         ax.plot(np.full(len(vals), i), vals.to_numpy(), "k.", ms=4, alpha=0.6)
 
 
@@ -193,21 +189,19 @@ def trade_off_figure(finals: pd.DataFrame, baselines: pd.DataFrame, bench: str, 
     panels = (("test_acc", "test accuracy (higher is better)"), (metric, label))
     lams = sorted(set(finals["lam"].astype(float)))
     choice = groups.chosen(rule, finals)
-    chosen = choice.lam if choice is not None else None
-    fig = _new_figure(10.0, 3.6)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    picked = [choice is not None and bool(np.isclose(lam, choice.lam, rtol=0.0, atol=1e-9))
+              for lam in lams]
+    fig, axes = _new_figure(10.0, 3.6, 1, len(panels))
     base_styles = ("--", ":", "-.")
-    for ax, (metric, ylabel) in zip(axes, panels, strict=True):
-        _bars_per_lambda(ax, finals, metric, lams, chosen)
+    for ax, (metric, ylabel) in zip(axes[0], panels, strict=True):
+        _bars_per_lambda(ax, finals, metric, lams, picked)
         for j, (method, g) in enumerate(baselines.groupby("method", sort=True)):
             vals = g[metric].dropna().astype(float)
             if not vals.empty:
                 ax.axhline(float(vals.mean()), ls=base_styles[j % len(base_styles)], lw=1.5,
                            color="0.25", label=f"{method} (mean of {len(vals)})")
-        ax.set_xticks(np.arange(len(lams)), [f"{lam:g}" + (" *" if chosen is not None and
-                                                         np.isclose(lam, chosen, rtol=0.0,
-                                                                    atol=1e-9) else "")
-                                             for lam in lams])
+        ax.set_xticks(np.arange(len(lams)), [f"{lam:g}" + (" *" if p else "")
+                                             for lam, p in zip(lams, picked, strict=True)])
         _style(ax, ylabel, f"λ (* = {rule.name} choice, outlined)", ylabel, grid_axis="y")
         if metric == "test_acc":  # accuracies differ by points: zoom in rather than start at 0
             shown = pd.concat([finals[metric], baselines[metric]]).dropna().astype(float)
@@ -239,9 +233,8 @@ def table_figure(tidy: pd.DataFrame, spec: TableSpec) -> Figure | None:
     if d.empty:
         return None
     blocks = list(dict.fromkeys(d["block"]))
-    fig = _new_figure(7.5 * len(blocks), 5.0)
-    axes = fig.subplots(1, len(blocks), squeeze=False)[0]
-    for ax, block in zip(axes, blocks, strict=True):
+    fig, axes = _new_figure(7.5 * len(blocks), 5.0, 1, len(blocks))
+    for ax, block in zip(axes[0], blocks, strict=True):
         cells = d[d["block"] == block]
         rows = list(dict.fromkeys(cells["row"]))
         partner = partners(rows)

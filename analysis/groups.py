@@ -56,8 +56,3 @@ def with_shared_erm(own: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     if (np.isclose(own["lam"].astype(float), 0.0, rtol=0.0, atol=LAM_ATOL)).any():
         return own
     return pd.concat([own, erm_rows(frame)], ignore_index=True)
-
-
-def method_group(frame: pd.DataFrame, method: str) -> pd.DataFrame:
-    """One method's rows, plus the shared ERM rows (lam = 0) when it has none of its own."""
-    return with_shared_erm(frame[frame["method"] == method], frame)

@@ -14,14 +14,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_parquet",
-           "atomic_savefig"]
-
 _FILE_MODE = 0o644
 
 
 def atomic_write(path: str | os.PathLike[str], writer: Callable[[Path], None]) -> Path:
-    """Call `writer(tmp)` on a temp path next to `path`, then move it onto `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",

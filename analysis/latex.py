@@ -72,4 +72,3 @@ def to_latex(tidy: pd.DataFrame) -> str:
                                     f"{latex_text(after)} &", 1)
         parts.append(text)
     return "\n".join(parts)
-

@@ -10,7 +10,7 @@ import pandas as pd
 
 from analysis import published
 from analysis.cells import Cell, paired, render_block, stat
-from analysis.groups import chosen, method_group, neural_methods, rows_at, with_shared_erm
+from analysis.groups import chosen, neural_methods, rows_at, with_shared_erm
 from analysis.published import PublishedRow
 from analysis.results import LAM_ATOL, MI_METHOD, excluded_mask, lam_label, with_lam
 from analysis.selection import SelectionRule
@@ -41,7 +41,7 @@ def _method_cells(bench: str, block: str, column: str, frame: pd.DataFrame,
     it ran several, at the paper's lambda; then a row per selection rule."""
     cells: list[Cell] = []
     for method in methods:
-        group = method_group(frame, method)
+        group = with_shared_erm(frame[frame["method"] == method], frame)
         label = published.method_label(method)
         own = frame[frame["method"] == method]["lam"].astype(float)
         lams = sorted({float(v) for v in own if v > LAM_ATOL})

@@ -9,11 +9,9 @@ from unbiased.method_catalogue import DEFAULT_METHOD, catalogue
 
 __all__ = ["PublishedRow", "METHOD_LABELS", "PUBLISHED_METHOD", "method_label", "partner_label"]
 
-
 # The published rows of the same competitors are "Kim et al." and "Alvi et al.": their own
 # code and settings, not ours.
 METHOD_LABELS: dict[str, str] = {name: entry.label for name, entry in catalogue().items()}
-
 
 # Our rows of a published competitor's method go right above its published row.
 PUBLISHED_METHOD: dict[str, str] = {entry.published_as: name

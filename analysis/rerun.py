@@ -13,7 +13,7 @@ import pandas as pd
 from analysis.cells import fmt_num, md_table
 from analysis.groups import erm_rows, neural_methods, with_shared_erm
 from analysis.results import LAM_ATOL, with_lam
-from analysis.selection import NoCandidateError, SelectionRule, default_rules
+from analysis.selection import NoCandidateError, default_rules
 from analysis.specs import BENCHMARK_METRICS
 
 ERM_RULE = "ERM (λ=0), reference"
@@ -53,11 +53,10 @@ def _means(rows: pd.DataFrame, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def picks(finals: pd.DataFrame, axes: Sequence[str],
-          rules: Sequence[SelectionRule] | None = None) -> pd.DataFrame:
+def picks(finals: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     """One row per data point x method x K x label-free rule (the tables' groups): the lambda
     it chose and the selection seeds' means (`sel_<metric>`); plus ERM per data point."""
-    rules = [r for r in (rules or default_rules()) if r.label_free]
+    rules = [r for r in default_rules() if r.label_free]
     neural = finals[finals["lam"].notna()]
     rows: list[dict[str, object]] = []
     for data in _data_points(neural, axes):

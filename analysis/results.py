@@ -191,11 +191,9 @@ def final_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def estimator_failed(rows: pd.DataFrame) -> pd.Series:
-    """Rows whose fresh estimate of z (`mi_eval` or `mi_eval_cond`, as the row measured it)
-    reads more than FLOOR_MARGIN_NATS below the same estimator on the model's one-hot
-    predictions (`mi_floor`, `mi_floor_cond`). The predictions are a function of z, so
-    I(z; c) >= I(prediction; c): such a reading is the estimator failing on z, not a z
-    without colour (the stopping rule's own test, unbiased/stopping.py). No floor: False."""
+    """Rows whose fresh estimate of z (`mi_eval` or `mi_eval_cond`) reads more than
+    FLOOR_MARGIN_NATS below its prediction floor (`mi_floor`, `mi_floor_cond`): the stopping
+    rule's own test of a failed estimator (unbiased/stopping.py). No floor: False."""
     failed = pd.Series(False, index=rows.index)
     for value, floor in (("mi_eval", "mi_floor"), ("mi_eval_cond", "mi_floor_cond")):
         if value in rows.columns and floor in rows.columns:

@@ -23,8 +23,6 @@ _FIT_EPS = 1e-12  # float slack on the train-accuracy tolerance
 
 @dataclass(frozen=True)
 class Choice:
-    """The lambda a rule chose for one group, the rule's name and a readable reason."""
-
     lam: float
     rule: str
     reason: str

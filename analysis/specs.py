@@ -28,10 +28,8 @@ def axis_label(symbol: str, value: float) -> str:
 
 
 TABLE_SPECS: dict[str, TableSpec] = {spec.name: spec.table for spec in all_specs()}
-# The per-epoch metrics the benchmarks report beyond the generic ones (German's eo, ...).
 BENCHMARK_METRICS: tuple[str, ...] = tuple(dict.fromkeys(
     c for spec in all_specs() for c in spec.columns))
-# The metric each benchmark draws per lambda beside test accuracy, with its axis label.
 TRADE_OFFS: dict[str, tuple[str, str]] = {spec.name: spec.trade_off for spec in all_specs()
                                           if spec.trade_off is not None}
 METRIC_LABELS: dict[str, str] = {c: spec.column_labels.get(c, c) for spec in all_specs()

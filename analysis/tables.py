@@ -1,6 +1,5 @@
 """The paper's tables from each trial's reported row, as markdown (`table.md`) and a tidy frame
-(`table.parquet`). Every benchmark's paper table is `paper_table` on its spec
-(analysis.specs.TABLE_SPECS): the builder knows no benchmark by name."""
+(`table.parquet`); each benchmark's is `paper_table` on its spec."""
 
 from __future__ import annotations
 

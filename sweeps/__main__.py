@@ -1,13 +1,6 @@
 """`python -m sweeps NAME [flags]`: one entry point for every driver.
 
 A registered benchmark runs its grid; the other drivers have a file of their own (DRIVERS).
-
-    python -m sweeps digits --preset quick
-    python -m sweeps digits --preset k_ablation_cpu  # the supplementary's K ablation
-    python -m sweeps NAME --dry-run                  # any registered benchmark
-    python -m sweeps german --help
-    python -m sweeps rerun results/digits_quick --seeds 3,4,5
-    python -m sweeps export results/digits_quick epochs.csv
 """
 
 from __future__ import annotations
@@ -15,7 +8,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-# The drivers that are not a benchmark's grid.
+from unbiased.benchmarks import registered
+
 DRIVERS = {
     "lambda_search": "sweeps.lambda_search",  # Optuna on digits: a search, not a grid
     "rerun": "sweeps.rerun",  # re-runs a finished sweep's picks on new seeds
@@ -25,8 +19,6 @@ DRIVERS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from unbiased.benchmarks import registered
-
     argv = list(sys.argv[1:] if argv is None else argv)
     benchmarks = registered()
     names = ", ".join(dict.fromkeys([*benchmarks, *DRIVERS]))

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeps.common import ray_job_address, storage_uri_problem
+from unbiased.benchmarks import benchmark_spec
 from unbiased.benchmarks.spec import BenchmarkSpec  # nothing heavy (no torch)
 from unbiased.method_catalogue import DEFAULT_METHOD, methods_help
-from unbiased.settings import TrialSettings, bounds, trial_rule_problems
+from unbiased.search import ARMS
+from unbiased.settings import TrialSettings, bounds, kind_of, setting_of, trial_rule_problems
 
 
 def _list_of(kind: Callable[[str], float | int], check: Callable[[float], str | None]
@@ -94,8 +96,6 @@ def method_lams(text: str) -> tuple[str, list[float]]:
 
 
 def _known_arm(name: str) -> str | None:
-    from unbiased.search import ARMS
-
     return None if name in ARMS else f"unknown arm; choose from {', '.join(ARMS)}"
 
 
@@ -162,7 +162,6 @@ GRID_KEYS = ("experiment", "data_axes")
 # Preset keys whose flag is not `--` + the key with dashes.
 _RENAMES = {"num_workers": "workers"}
 
-
 _NO_DEFAULT = object()  # a flag whose unset value only a preset gives
 
 
@@ -198,8 +197,6 @@ def field_flags(group: argparse._ActionsContainer, cls: type,
                 fields: Sequence[dataclasses.Field]) -> None:
     """A flag per field of a settings dataclass, from its metadata; a `many` field (a data
     axis) takes a list, an `axis` field is a driver's own list flag."""
-    from unbiased.settings import kind_of, setting_of
-
     for f in fields:
         meta = setting_of(f)
         if meta is None:
@@ -283,8 +280,6 @@ def build_parser(prog: str, description: str, presets: dict[str, dict[str, objec
             "an equal tuning budget (unbiased/search.py; the `tune` presets): every arm the "
             "same number of draws from its method's distributions, instead of --method, "
             "--lam and --K's grid")
-        from unbiased.search import ARMS
-
         _preset_value(tuning, "--arms", type=ARM_LIST,
                       help=f"arms, comma-separated: {', '.join(ARMS)}")
         _preset_value(tuning, "--draws", type=POS_INT, help="draws per arm")
@@ -423,8 +418,6 @@ def fetch_command(command: str, benchmark: str, preset: str, values: dict,
                   explicit: set[str]) -> str:
     """The `--fetch-data` command of this sweep: its driver, preset, the flags given of the
     benchmark's fetch_keys, and its --root."""
-    from unbiased.benchmarks import benchmark_spec
-
     words = [command, "--preset", shlex.quote(preset)]
     for key in benchmark_spec(benchmark).fetch_keys:
         if key in explicit and values.get(key) is not None:

@@ -20,7 +20,6 @@ def fail(message: str) -> None:
 STORAGE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "file")
 BUCKET_SCHEMES = ("s3", "gs", "gcs")
 
-
 # Set by Ray's job supervisor for a `ray job submit` entrypoint (with RAY_ADDRESS, the GCS).
 RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 

@@ -1,10 +1,5 @@
 """The one sweep core every grid driver is a small spec on: a registered benchmark's spec
-(unbiased/benchmarks/) plus a driver's overrides, every value validated before Ray starts.
-
-Grid points: data axes x method x lam x K (methods that have it) x seed; lam = 0 is plain
-ERM for every method and K (the methods draw from generators of their own), so it runs once
-per data point and seed, under the first method and K listed.
-"""
+(unbiased/benchmarks/) plus a driver's overrides, every value validated before Ray starts."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.specs import DATA_AXES
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, flag_of, resolve
 from sweeps.common import SweepError, fail
@@ -31,7 +27,9 @@ from sweeps.results_frame import all_ok, results_frame
 from sweeps.runner import run_tuner
 from sweeps.signals import defer_stop_signals
 from trainables.record import RecordStore, trial_key
+from unbiased.benchmarks import benchmark_spec
 from unbiased.benchmarks.spec import BenchmarkSpec
+from unbiased.search import ARMS
 from unbiased.settings import POINT_KEY, SETTINGS_KEY, WARM_FROM, TrialSettings, flat_point
 
 # Trial keys read by the trainable itself (unbiased/trial.py), whatever the method.
@@ -46,15 +44,6 @@ def method_keys() -> tuple[str, ...]:
     from unbiased.methods import METHODS, config_keys
 
     return tuple(dict.fromkeys(k for name in METHODS for k in config_keys(name)))
-
-
-def sweep_methods(values: dict) -> list[str]:
-    """The methods a sweep's trials run: its arms' (a tuning preset), else `method`'s."""
-    if values.get("arms"):
-        from unbiased.search import ARMS
-
-        return list(dict.fromkeys(ARMS[arm].method for arm in values["arms"]))
-    return list(values.get("method") or ["mi_backprop"])
 
 
 def has_key(method: str, key: str) -> bool:
@@ -137,7 +126,8 @@ class GridSpec:
         was asked without a word."""
         from unbiased.methods import METHODS, config_keys
 
-        methods = sweep_methods(values)
+        methods = (list(dict.fromkeys(ARMS[arm].method for arm in values["arms"]))
+                   if values.get("arms") else list(values.get("method") or ["mi_backprop"]))
         read = {key for method in methods for key in config_keys(method)}
         for key in sorted(explicit & set(method_keys()) - read):
             readers = [name for name in METHODS if key in config_keys(name)]
@@ -215,8 +205,6 @@ class GridSpec:
 
 def benchmark_grid(name: str, **overrides) -> GridSpec:
     """The grid `python -m sweeps NAME` runs, with a driver's `overrides` (GridSpec's fields)."""
-    from unbiased.benchmarks import benchmark_spec
-
     return GridSpec(benchmark_spec(name), **overrides)
 
 
@@ -255,12 +243,7 @@ def run_grid(spec: GridSpec, argv: list[str] | None = None) -> int:
     bench = spec.bench
     parser = build_parser(spec.prog, bench.description, bench.presets, benchmark=bench)
     args = resolve(parser, bench.name, bench.presets, argv, name=spec.out_name)
-    spec = spec.for_preset(args.preset)
-    try:
-        spec.check_read(args.values, args.explicit)
-    except SweepError as exc:
-        fail(str(exc))
-    return run_points(spec, args)
+    return run_points(spec.for_preset(args.preset), args)
 
 
 def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None,
@@ -268,6 +251,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
     """Run the trials of `points` (args' grid unless given) not yet finished and write the
     results of all; `after(args, df)` writes more outputs before the trackers log them."""
     try:
+        spec.check_read(args.values, args.explicit)
         trackers.check_installed(args)
         points = spec.validate(args.values, points)
         fixed = spec.fixed_values(args.values)
@@ -316,9 +300,7 @@ def run_points(spec: GridSpec, args: SweepArgs, points: list[dict] | None = None
 
 def start(spec: GridSpec, args: SweepArgs, trials: str, running: bool = True,
           tail: str = "") -> dict[str, object]:
-    """The start every sweep shares, before Ray: checks (GPU and storage when `running`),
-    the data loaded once, the trackers started and the start line (`trials`, then `tail`).
-    Returns the loaded objects the trials get."""
+    """The start every sweep shares, before Ray; returns the loaded objects the trials get."""
     defer_stop_signals()
     if running:
         check_local_gpu(args)
@@ -538,8 +520,6 @@ def summary(df: pd.DataFrame, spec: GridSpec) -> str:
     rows = df[df["selected"]] if "selected" in df.columns else df
     cols = [c for c in ("method", *spec.data_axes, "lam", "K", "seed", "epoch",
                         *spec.bench.summary, "mi", "mi_eval", "status") if c in rows.columns]
-    from analysis.specs import DATA_AXES
-
     keys = list(dict.fromkeys(c for c in ("method", *DATA_AXES, "lam", "K", "seed")
                               if c in cols))
     return rows[cols].sort_values(keys).to_string(index=False,

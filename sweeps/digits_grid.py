@@ -1,9 +1,5 @@
 """Colored MNIST grid (the paper's Table 1 and Fig. 3): sigma x method x lambda x K x seed.
 
-    python sweeps/digits_grid.py                      # quick preset, embedded data, CPU
-    python sweeps/digits_grid.py --method mi_backprop,grad_reversal,confusion,hsic
-    python sweeps/digits_grid.py --preset paper --root data --address auto
-
 `python -m sweeps digits` under the name docs/CLUSTER.md's commands use; its presets, flags
 and data: unbiased/benchmarks/digits/spec.py.
 """

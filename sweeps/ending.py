@@ -1,12 +1,8 @@
 """A driver ends within seconds of its last line, after a finish or a stop, and tells the
-batch script how far the sweep got.
-
-Why a driver joined to a Ray it did not start could outlive its work (slurm/sweep.sbatch):
-- A plain `scancel` signals every process of the job at once, so Ray's GCS dies with the
-  driver's SIGTERM, and Tune's cleanup and `ray.shutdown()` retry the lost GCS for 60 s
-  (`gcs_rpc_server_reconnect_timeout_s`), longer than Slurm's KillWait (30 s): `StopWatch`.
-- Threads, exit hooks or Ray's native teardown can hold the interpreter after the outputs
-  are written: `end_driver`.
+batch script how far the sweep got. Why a driver joined to a Ray it did not start could
+outlive its work (after a plain `scancel` Tune and `ray.shutdown()` retry the lost GCS for
+60 s, longer than Slurm's KillWait; threads or Ray's native teardown can hold the interpreter
+after the outputs are written): docs/DESIGN.md. `StopWatch` and `end_driver` end it.
 
 `SWEEP_PROGRESS_FILE` (set by the batch script) gets, on every result, the trials done and
 the epochs this run trained, so the script never requeues a finished sweep and stops
@@ -70,9 +66,8 @@ def _end(status: int, line: str) -> None:
 
 def end_driver(main: Callable[[], int | None]) -> NoReturn:
     """A driver script's end with `main()`'s status: one that started or joined Ray leaves it
-    (EXIT_GRACE_S at most) and ends the process without the interpreter's own end, which
-    could wait on threads and Ray's native teardown (a job seen RUNNING 240 s after its last
-    line, until Slurm's TERM)."""
+    (EXIT_GRACE_S at most) and ends the process without the interpreter's own end (a job was
+    seen RUNNING 240 s after its last line, until Slurm's TERM)."""
     try:
         status = main()
     except SystemExit as exc:
@@ -167,8 +162,7 @@ _NEW_EPOCHS = [0]  # epochs trained by this driver (restored ones, told again, n
 
 
 def write_progress(experiment: str, trials: int, finished: int, new_epochs: int = 0) -> None:
-    """SWEEP_PROGRESS_FILE (when set), written whole on every result: the trials of this
-    driver's experiments, how many have finished and how many epochs this run trained."""
+    """SWEEP_PROGRESS_FILE (module docstring), written whole on every result."""
     _NEW_EPOCHS[0] += new_epochs
     path = os.environ.get(PROGRESS_ENV)
     if not path:

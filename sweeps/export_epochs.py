@@ -7,7 +7,6 @@ trial this run lacks or holds fewer epochs of keeps DEST's rows, so exporting ba
 CSV a run continued never loses a finished epoch.
 
     python -m sweeps export OUT bench/results/NAME/epochs.csv
-    python -m sweeps export OUT CSV                   # the same
     python -m sweeps export PIECE/epochs.csv CSV      # a piece's rows (sweeps/piece.py)
 """
 
@@ -20,7 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.io import atomic_write_text
 from analysis.specs import DATA_AXES
+from sweeps.results_frame import CONTRACT_COLUMNS, KEPT_COLUMNS
+from unbiased.settings import flat_config
 
 # One trial's keys (K: 0 for methods without one), with its data point's axes.
 POINT_KEYS = ["method", "K", "lam", "seed"]
@@ -61,16 +63,11 @@ def from_records(out: Path) -> pd.DataFrame:
                          if k in config}
                 frames.append(own.assign(**named, trial_id=key, config=json.dumps(
                     config, sort_keys=True, default=str)))
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if "K" in df.columns:
-        df["K"] = df["K"].fillna(0).astype(int)
-    return df
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def from_tune(out: Path) -> pd.DataFrame:
     """Tune's per-trial results of a sweep run before records (its result.json files)."""
-    from unbiased.settings import flat_config
-
     rows = []
     for path in sorted(out.glob("tune/*/*/result.json")):
         for line in path.read_text().splitlines():
@@ -83,10 +80,7 @@ def from_tune(out: Path) -> pd.DataFrame:
                                                             "lr", "batch_size")}, **axes,
                              **result,
                              "config": json.dumps(config, sort_keys=True, default=str)})
-    df = pd.DataFrame(rows)
-    if "K" in df.columns:
-        df["K"] = df["K"].fillna(0).astype(int)
-    return df
+    return pd.DataFrame(rows)
 
 
 def _trial_key(row: pd.Series, keys: list[str]) -> tuple:
@@ -124,8 +118,6 @@ def merged(new: pd.DataFrame, old: pd.DataFrame, keys: list[str]) -> tuple[pd.Da
 def wanted_columns() -> list[str]:
     """COLUMNS, then every other column results.parquet keeps, so a trial `--done` takes over
     loses none (but those the run reading them back sets itself)."""
-    from sweeps.results_frame import CONTRACT_COLUMNS, KEPT_COLUMNS
-
     return [*COLUMNS, *(c for c in (*CONTRACT_COLUMNS, *KEPT_COLUMNS) if c not in COLUMNS
                         and c not in ("selected", "experiment", "benchmark"))]
 
@@ -146,8 +138,11 @@ def read_source(out: Path) -> pd.DataFrame:
     parquet = out / "results.parquet"
     if parquet.is_file():
         return pd.read_parquet(parquet)
-    records = from_records(out)
-    return records if not records.empty else from_tune(out)
+    df = from_records(out)
+    df = df if not df.empty else from_tune(out)
+    if "K" in df.columns:
+        df["K"] = df["K"].fillna(0).astype(int)
+    return df
 
 
 # What a row needs to be exported: its trial's point and its epoch.
@@ -178,9 +173,6 @@ def checked_rows(df: pd.DataFrame, source: str) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from unbiased.benchmarks import exit_on_bad_registry
-
-    exit_on_bad_registry()
     p = argparse.ArgumentParser(prog="export_epochs", description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the sweep's results directory, or a CSV of rows "
                                           "in this format (a piece's, sweeps/piece.py)")
@@ -204,8 +196,6 @@ def main(argv: list[str] | None = None) -> int:
     if not old.empty:
         df, kept = merged(df, old, keys)
         df = export_frame(df)
-    from analysis.io import atomic_write_text
-
     atomic_write_text(a.dest, df.to_csv(index=False))
     print(f"wrote {a.dest}: {len(df)} epochs of {df.groupby(keys).ngroups} trials"
           + (f" ({kept} of them kept from the CSV it replaced)" if kept else ""))

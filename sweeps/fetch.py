@@ -1,14 +1,13 @@
 """`--fetch-data`: a sweep's data fetched (or checked) on a machine with network, such as a
 cluster's login node, for sweeps on nodes without it; and the line a sweep whose data is
-missing ends on, naming that command (the sweep's own driver, preset and --root).
-
-    python -m sweeps digits --preset paper --fetch-data --root DATA    # on the login node
-    sbatch ... slurm/sweep.sbatch sweeps/digits_grid.py --preset paper --root DATA
+missing ends on, naming that command (the sweep's own driver, preset and --root); the
+commands: docs/CLUSTER.md.
 """
 
 from __future__ import annotations
 
 import sys
+from shlex import quote
 
 
 def run_fetch(benchmark: str, preset: str, values: dict, command: str) -> int:
@@ -48,8 +47,6 @@ def missing_data(exc: Exception, command: str, root: object) -> str:
 
 def sweep_missing_data(exc: Exception, args) -> str:
     """`missing_data` with a sweep's fetch command (a re-run's has none: the benchmark's)."""
-    from shlex import quote
-
     root = args.values.get("root")
     command = args.fetch_command or " ".join(
         [f"python -m sweeps {args.benchmark} --preset {quote(args.preset)} --fetch-data",

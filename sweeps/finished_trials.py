@@ -21,7 +21,7 @@ import pandas as pd
 from analysis.results import CRITIC_WARNING, OK_WARNING
 from sweeps.common import SweepError
 from trainables.record import RecordStore, plain, trial_key
-from unbiased.settings import SETTINGS_KEY, flat_point
+from unbiased.settings import MEMBERS_KEY, SETTINGS_KEY, flat_point, member_key
 
 # Shared settings that do not change a trial's numbers: where the data is, how many threads.
 _NOT_COMPARED = frozenset({"root", "device", "num_threads", "cpus_per_trial",
@@ -170,8 +170,6 @@ def trial_points(rows: pd.DataFrame, config: dict, key: str
                  ) -> list[tuple[str, dict, pd.DataFrame]]:
     """A trial's rows as (key, flat config, rows) per grid point: itself, or each member of
     a bundle (its columns under "m<i>/")."""
-    from unbiased.trial import MEMBERS_KEY, member_key
-
     members = config.get(MEMBERS_KEY)
     if members is None:
         return [(key, config, rows)]

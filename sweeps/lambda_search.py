@@ -1,8 +1,5 @@
 """Optuna lambda search on Colored MNIST: lambda (log scale) and K per sigma, label-free objectives.
 
-    python -m sweeps lambda_search                    # quick preset: 6 trials, embedded data, CPU
-    python -m sweeps lambda_search --preset paper --root data --address auto
-
 One multi-objective TPE study per (method, sigma, seed): minimise `mi_eval` (a fresh critic's
 MI of the final features) and maximise `train_acc`, neither reading test labels. Writes what
 the grid drivers write, plus OUT/pareto.parquet and OUT/pareto.md: each study's Pareto front
@@ -16,12 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.pareto import pareto_front, write_front
+from analysis.results import final_rows
 from sweeps import trackers
 from sweeps.cli import SweepArgs, build_parser, resolve
 from sweeps.common import SweepError, fail
 from sweeps.core import (
     benchmark_grid,
     finish,
+    has_key,
     nothing_to_resume,
     start,
     start_ray,
@@ -51,11 +51,9 @@ OBJECTIVES = ["mi_eval", "train_acc"]
 MODES = ["min", "max"]
 
 
-def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backprop") -> dict:
+def search_space(values: dict, sigma: float, seed: int, method: str) -> dict:
     """One study's space, under the trial's point (so a resumed study finds its records)."""
     from ray import tune
-
-    from sweeps.core import has_key
 
     low, high = (float(v) for v in values["lam_range"])
     point: dict = {"method": method, "sigma": float(sigma), "seed": int(seed),
@@ -66,8 +64,7 @@ def search_space(values: dict, sigma: float, seed: int, method: str = "mi_backpr
             "num_threads": max(1, int(float(values["cpus_per_trial"]))), POINT_KEY: point}
 
 
-def make_searcher(samples: int, seed: int, space: dict | None = None,
-                  records: RecordStore | None = None):
+def make_searcher(samples: int, seed: int, space: dict, records: RecordStore):
     """Multi-objective TPE: the first third of the trials random, and at most that many at
     once, so later proposals use the finished ones. A resumed study's finished `records`
     come first, the unfinished are proposed again; returns the searcher and how many ended."""
@@ -82,7 +79,7 @@ def make_searcher(samples: int, seed: int, space: dict | None = None,
                                 directions=["minimize" if m == "min" else "maximize"
                                             for m in MODES], sampler=sampler)
     again, done = [], 0
-    for record in (records.read_all().values() if records is not None else []):
+    for record in records.read_all().values():
         params = {f"{POINT_KEY}/{k}": v for k, v in record.config.items()
                   if k in space[POINT_KEY] and not isinstance(space[POINT_KEY][k], str | int
                                                                | float)}
@@ -182,16 +179,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _pareto_front(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from analysis.pareto import pareto_front
-    from analysis.results import final_rows
-
     finals = final_rows(df)
     return pareto_front(finals), finals
 
 
 def _write_front(args: SweepArgs, df: pd.DataFrame) -> list[Path]:
-    from analysis.pareto import write_front
-
     front, finals = _pareto_front(df)
     return [Path(p) for p in write_front(front, finals, args.out)]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import platform
 import subprocess
 import sys
 import tempfile
@@ -11,10 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.build import EXPERIMENT_FILE, build_all
+from analysis.io import atomic_write_parquet, atomic_write_text
 from sweeps.cli import SweepArgs
 from sweeps.common import BUCKET_SCHEMES, SweepError
-
-EXPERIMENT_FILE = "experiment.json"
 
 
 def check_out_dir(args: SweepArgs, experiment: str) -> None:
@@ -123,9 +125,6 @@ def storage_dir(args: SweepArgs) -> str:
 
 def provenance() -> dict[str, object]:
     """Package versions and the git commit ("unknown" where the code came without .git)."""
-    import importlib.metadata
-    import platform
-
     versions = {"python": platform.python_version()}
     for dist in ("unbiased-mi", "torch", "torchvision", "ray", "pandas", "numpy", "pyarrow",
                  "optuna", "scikit-learn"):
@@ -150,9 +149,6 @@ def provenance() -> dict[str, object]:
 
 
 def write_outputs(args: SweepArgs, experiment: str, df: pd.DataFrame) -> list[Path]:
-    from analysis import build_all
-    from analysis.io import atomic_write_parquet, atomic_write_text
-
     path = args.out / "results.parquet"
     record = {"experiment": experiment, "benchmark": args.benchmark, "preset": args.preset,
               "values": args.values, "written": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -5,15 +5,9 @@ A GPU lent for ten minutes at a time, keeping nothing between runs but the rows 
 from them, cannot hold a sweep, but it can finish a few trials whole. A piece decides what is
 done as a sweep's launch does (`--done CSV` and, with `--resume`, OUT's records: both at
 once), takes the next trials in grid order and bundles them so that each bundle finishes
-inside what is left of `--budget`: a bundle of B members costs
-
-    setup_s + epochs x steps an epoch x step_ms(B) / 1000
-            + B x (epochs x epoch_s + re-estimates x estimate_s)
-
-with step_ms(B) interpolated from the measured outer steps of `--costs`, at the trial's
-precision, and scaled by what the bundles so far took against their estimates. Each trial
-runs the sweep's own trial loop with the config a sweep of the same flags would give it; after
-each bundle every whole trial's rows go to OUT/epochs.csv, so a run cut off keeps them.
+inside what is left of `--budget`, by the measured costs of `--costs` (`Shape.seconds`). Each
+trial runs the sweep's own trial loop with the config a sweep of the same flags would give it;
+after each bundle every whole trial's rows go to OUT/epochs.csv, so a run cut off keeps them.
 
     python -m sweeps piece --preset paper --root DATA --done bench/results/paper_gpu/epochs.csv \\
         --budget 540 --out results/piece
@@ -31,17 +25,20 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import pandas as pd
 
-from sweeps.cli import resolve
+from analysis.io import atomic_write_text
+from sweeps.cli import build_parser, driver_command, resolve
 from sweeps.common import SweepError, fail
 from sweeps.core import GridSpec, bundle_points, check_local_gpu, take_done
+from sweeps.export_epochs import export_frame
 from sweeps.finished_trials import point_records, split_done
+from sweeps.results_frame import results_frame
 from trainables.record import RecordStore, StoreSession
-from unbiased.settings import POINT_KEY
+from unbiased.settings import MEMBERS_KEY, POINT_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_COSTS = ROOT / "bench" / "results" / "gpu" / "piece_costs.json"
@@ -185,9 +182,6 @@ def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixe
                   ) -> pd.DataFrame:
     """The rows, in export's format, of every point the records hold whole (what --done
     takes)."""
-    from sweeps.export_epochs import export_frame
-    from sweeps.results_frame import results_frame
-
     trials = [(rows, config, key, None) for key, (rows, config, _, ended)
               in point_records(records, fixed, points).items() if ended]
     if not trials:
@@ -199,8 +193,6 @@ def finished_rows(spec: GridSpec, records: RecordStore, points: list[dict], fixe
 
 
 def parse(spec: GridSpec, argv: list[str] | None):
-    from sweeps.cli import build_parser, driver_command
-
     parser = build_parser("python -m sweeps piece", __doc__.splitlines()[0], spec.bench.presets,
                           benchmark=spec.bench)
     piece = parser.add_argument_group("a piece (sweeps/piece.py)")
@@ -234,8 +226,6 @@ def parse(spec: GridSpec, argv: list[str] | None):
 
 def effective(spec: GridSpec, config: dict) -> dict:
     """A trial's every value: its config, then its method's defaults, then its benchmark's."""
-    from dataclasses import asdict, fields
-
     from unbiased.methods import method_config
 
     settings = spec.bench.settings
@@ -336,8 +326,7 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
               costs: Costs, most: int, stamp: dict[str, str], deadline: float) -> int:
     """Run bundles of `todo` while the next fits in the time left, writing the whole rows
     after each."""
-    from analysis.io import atomic_write_text
-    from unbiased.trial import MEMBERS_KEY, run_bundle, run_trial
+    from unbiased.trial import run_bundle, run_trial
 
     fixed = spec.fixed_values(args.values)
     log: list[dict] = []
@@ -395,8 +384,6 @@ def run_piece(spec: GridSpec, args, ns: argparse.Namespace, records: RecordStore
 
 
 def _members(trial: dict) -> list[dict]:
-    from unbiased.trial import MEMBERS_KEY
-
     return list(trial.get(MEMBERS_KEY, [trial]))
 
 
@@ -407,8 +394,6 @@ def _point(spec: GridSpec, point: dict) -> str:
 
 def _write_plan(out: Path, ns: argparse.Namespace, stamp: dict, shape: Shape,
                 log: list[dict], elapsed: float) -> None:
-    from analysis.io import atomic_write_text
-
     plan = {"budget_s": ns.budget, "elapsed_s": round(elapsed, 1), "costs": str(ns.costs),
             "precision": shape.precision, **stamp, "epochs": shape.epochs,
             "steps": shape.steps, "estimates": shape.estimates, "runs": log}

@@ -45,9 +45,8 @@ def init_ray(address: str | None) -> None:
 
 def init_local_ray() -> None:
     """A fresh local Ray (never one of RAY_ADDRESS or a `ray start`) whose processes run in
-    sessions of their own: a SIGTERM to the driver's process group then reaches the driver
-    alone, which saves the state before shutting them down (in its group they died at once
-    and the driver hung 60 s on the lost GCS). PR_SET_PDEATHSIG still ends them with it."""
+    sessions of their own, so a SIGTERM to the driver's group reaches the driver alone
+    (docs/DESIGN.md; PR_SET_PDEATHSIG still ends them with it)."""
     import ray
 
     ray_private.no_prestarted_workers()

@@ -10,7 +10,6 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# -- Ray's processes in sessions of their own --------------------------------------------------
 
 @contextmanager
 def ray_processes_in_own_sessions() -> Iterator[bool]:
@@ -40,7 +39,6 @@ def ray_processes_in_own_sessions() -> Iterator[bool]:
         services.ConsolePopen = popen
 
 
-# -- No idle workers for a local Ray ----------------------------------------------------------
 # A raylet prestarts one Python worker per CPU when the first driver connects (RayConfig
 # `prestart_worker_first_driver`). Tune's trial actors never run in them: each carries a
 # runtime env (ray/tune/execution/class_cache.py), so Ray starts a worker of that env for it.
@@ -50,8 +48,6 @@ PRESTART_ENV = "RAY_prestart_worker_first_driver"
 def no_prestarted_workers() -> None:
     os.environ.setdefault(PRESTART_ENV, "0")
 
-
-# -- Tune's usage tags -------------------------------------------------------------------------
 
 def skip_callback_usage_tags() -> bool:
     """Where Ray's usage statistics are off (the sweeps' default, sweeps/ray_init.py), leave out

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.io import atomic_write_parquet, atomic_write_text
+from analysis.rerun import picks, rerun_table
+from analysis.results import ResultsError, final_rows, load_results
 from sweeps.cli import (
     SEED_LIST,
     STORAGE_ENV,
@@ -26,10 +29,9 @@ from sweeps.cli import (
 from sweeps.common import SweepError, fail, ray_job_address
 from sweeps.core import GridSpec, benchmark_grid, has_key, run_points
 from sweeps.outputs import EXPERIMENT_FILE
+from unbiased.benchmarks import registered
 
 PROG = "python -m sweeps rerun"
-
-
 # A lambda search's picks re-run as a digits grid.
 SEARCHES = {"lambda_search": "digits"}
 
@@ -37,8 +39,6 @@ SEARCHES = {"lambda_search": "digits"}
 def specs() -> dict[str, GridSpec]:
     """The grid of each experiment a sweep records: each registered benchmark's, and the
     experiments its presets name (digits' ablations)."""
-    from unbiased.benchmarks import registered
-
     out: dict[str, GridSpec] = {}
     for name in registered():
         grid = benchmark_grid(name)
@@ -100,9 +100,6 @@ def _points(spec: GridSpec, chosen: pd.DataFrame, seeds: list[int]) -> list[dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.rerun import picks, rerun_table
-    from analysis.results import ResultsError, final_rows, load_results
-
     parser = build_parser()
     ns = parser.parse_args(argv)
     check_tracker_flags(parser, ns)
@@ -142,8 +139,6 @@ def main(argv: list[str] | None = None) -> int:
           f"configurations) x seeds {','.join(map(str, ns.seeds))}", flush=True)
 
     def write_rerun(args: SweepArgs, df: pd.DataFrame) -> list[Path]:
-        from analysis.io import atomic_write_parquet, atomic_write_text
-
         tidy, text = rerun_table(chosen, final_rows(df), spec.data_axes, label)
         print(text, flush=True)
         return [atomic_write_text(args.out / "rerun.md", text),

@@ -56,7 +56,6 @@ def results_frame(trials: Sequence[tuple[pd.DataFrame, dict, str, object]], expe
             if column in CONTRACT_COLUMNS or key in config:  # arm, draw: a tuning preset's
                 df[column] = config.get(key, math.nan)
         df["status"] = "ok" if error is None else f"error: {_one_line(error)}"
-        # The trial's full config next to its numbers: a row says how it was made.
         df["config"] = json.dumps(config, sort_keys=True, default=str)
         reported = "train_acc" in df.columns
         if (error is None and reported

@@ -9,14 +9,14 @@ import math
 import time
 from collections.abc import Callable
 
-from sweeps import ray_private
+from sweeps import ray_private, trackers
 from sweeps.cli import SweepArgs
 from sweeps.ending import write_progress
 from sweeps.outputs import storage_dir
 from sweeps.results_frame import finished
 from sweeps.signals import StopSignals, stopper
 from trainables.record import RESTORED, RecordStore, records_root, trial_key_of
-from unbiased.settings import RECORDS_KEY, flat_config
+from unbiased.settings import RECORDS_KEY, flat_config, member_key
 
 
 def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space: dict,
@@ -24,8 +24,6 @@ def run_tuner(args: SweepArgs, experiment: str, trainable: Callable, param_space
               n_trials: int = 0, search_alg=None, num_samples: int = 1, n_done: int = 0):
     """Run the trials of `param_space`; `n_done` of the sweep's finished in earlier launches."""
     from ray import tune
-
-    from sweeps import trackers
 
     ray_private.skip_callback_usage_tags()
     storage = storage_dir(args)
@@ -103,11 +101,8 @@ def progress_callback(param_keys: tuple[str, ...], n_trials: int, n_done: int = 
                       f"{result['device_error']} (not retried; --resume runs it again)",
                       flush=True)
                 return
-            from unbiased.trial import member_key
-
             points = _points(flat_config(trial.config))
             for i, point in enumerate(points):
-                # a bundle's member reports under "m<i>/" (unbiased/trial.py)
                 prefix = f"{member_key(i)}/" if len(points) > 1 else ""
                 if f"{prefix}epoch" not in result:
                     continue  # a bundle member that diverged earlier

@@ -7,11 +7,9 @@
         end.json            the trial ended (its last epoch, a stop of its own, or the
                             scheduler's): no launch runs it again
 
-A report is written in three steps: its checkpoint's files, then the rows (the last naming
-that checkpoint), then every other checkpoint deleted. A kill at any point leaves the rows
-naming a checkpoint whose files are all present (or none), so a restart continues from the
-newest whole one. Local files are written under another name and renamed; an object store's
-PUT shows a file whole or not at all.
+A report writes its checkpoint's files, then the rows naming it, then deletes the others: a
+kill at any point leaves a whole checkpoint to go on from (docs/DESIGN.md). Local files are
+renamed into place; an object store's PUT shows a file whole or not at all.
 """
 
 from __future__ import annotations
@@ -83,9 +81,7 @@ class RecordStore:
 
     @classmethod
     def located(cls, root: str) -> RecordStore:
-        if "://" in root:
-            return cls(None, root)
-        return cls(pafs.LocalFileSystem(), root)
+        return cls(None if "://" in root else pafs.LocalFileSystem(), root)
 
     @property
     def fs(self) -> pafs.FileSystem:

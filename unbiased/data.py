@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 # Inputs, labels, bias attribute, all on the split's device.
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -76,20 +76,6 @@ class Split(Protocol):
     def subset(self, rows: torch.Tensor) -> Split: ...
 
 
-class _OrderSampler(Sampler[list[int]]):
-    """A batch sampler that replays the list of row pieces it is given before each pass, so
-    a DataLoader with persistent workers follows the loop's own generator."""
-
-    def __init__(self) -> None:
-        self.pieces: list[list[int]] = []
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.pieces)
-
-    def __len__(self) -> int:
-        return len(self.pieces)
-
-
 class LoaderSplit:
     """A split whose inputs are read per row by `dataset[i]` (e.g. decoding a JPEG) through a
     DataLoader; the loop still picks the row order.
@@ -108,7 +94,9 @@ class LoaderSplit:
         self.y = y.to(self.device)
         self.c = c.to(self.device)
         self.num_workers = num_workers
-        self._loaders: list[tuple[DataLoader, _OrderSampler]] = []
+        # Each loader's batch sampler: a list of row pieces, refilled before each pass, so a
+        # DataLoader with persistent workers follows the loop's own row order.
+        self._loaders: list[tuple[DataLoader, list[list[int]]]] = []
         self._busy: set[int] = set()
 
     def __len__(self) -> int:
@@ -129,10 +117,10 @@ class LoaderSplit:
         for slot in range(len(self._loaders)):
             if slot not in self._busy:
                 return slot
-        sampler = _OrderSampler()
-        loader = DataLoader(self.dataset, batch_sampler=sampler, num_workers=self.num_workers,
+        pieces: list[list[int]] = []
+        loader = DataLoader(self.dataset, batch_sampler=pieces, num_workers=self.num_workers,
                             persistent_workers=self.num_workers > 0)
-        self._loaders.append((loader, sampler))
+        self._loaders.append((loader, pieces))
         return len(self._loaders) - 1
 
     def batches(self, batch_size: int, order: torch.Tensor | None = None) -> Iterator[Batch]:
@@ -142,9 +130,9 @@ class LoaderSplit:
         # Pieces never straddle two batches: each batch is cut on its own.
         chunks = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
         slot = self._free_loader()
-        loader, sampler = self._loaders[slot]
+        loader, order_pieces = self._loaders[slot]
         cut = [[chunk[j:j + piece] for j in range(0, len(chunk), piece)] for chunk in chunks]
-        sampler.pieces = [p for parts in cut for p in parts]
+        order_pieces[:] = [p for parts in cut for p in parts]
         self._busy.add(slot)
         try:
             it = iter(loader)
@@ -228,10 +216,6 @@ def hold_out(bench: Benchmark, fraction: float, seed: int) -> Benchmark:
         bench, train=bench.train.subset(train_rows), groups=groups,
         eval_splits={**bench.eval_splits, VAL_SPLIT: bench.train.subset(val_rows)},
         info={**bench.info, "n_train": n - held, "n_val": held})
-
-
-def worst_group_name(split: str) -> str:
-    return split.removesuffix("_acc") + "_worst_acc"
 
 
 def group_accuracies(pred: torch.Tensor, y: torch.Tensor, groups: torch.Tensor, count: int

@@ -17,8 +17,6 @@ import torch
 # cuBLAS workspaces, allocator pools) must not happen inside a capture.
 WARMUP_CALLS = 3
 
-Step = Callable[..., tuple[torch.Tensor, ...]]
-
 
 class _Captured:
     def __init__(self, graph: torch.cuda.CUDAGraph, inputs: tuple[torch.Tensor, ...],
@@ -29,8 +27,8 @@ class _Captured:
 class GraphedStep:
     """Captured per input shape after `warmup` eager calls; `generators`: all it draws from."""
 
-    def __init__(self, step: Step, generators: Sequence[torch.Generator] = (),
-                 warmup: int = WARMUP_CALLS) -> None:
+    def __init__(self, step: Callable[..., tuple[torch.Tensor, ...]],
+                 generators: Sequence[torch.Generator] = (), warmup: int = WARMUP_CALLS) -> None:
         self.step = step
         self.generators = list(generators)
         self.warmup = warmup

@@ -120,10 +120,9 @@ class MINE(nn.Module):
         return t[:n], t[n:], w_marg
 
     def lower_bound(self, z: torch.Tensor, c: torch.Tensor,
-                    generator: torch.Generator | None = None,
-                    weights: torch.Tensor | None = None) -> torch.Tensor:
-        t_joint, t_marg, w_marg = self.scores(z, c, generator, weights=weights)
-        return dv_bound(t_joint, t_marg, weights, w_marg)
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+        t_joint, t_marg, _ = self.scores(z, c, generator)
+        return dv_bound(t_joint, t_marg)
 
     def phi_loss(self, z: torch.Tensor, c: torch.Tensor,
                  generator: torch.Generator | None = None, c_marg: torch.Tensor | None = None,

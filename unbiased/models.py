@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from unbiased.data import DataError, DataMissing
 
 
 class LeNetFeatures(nn.Module):
@@ -30,10 +33,6 @@ class LeNetFeatures(nn.Module):
 
     def forward(self, x):
         return self.fc(self.conv(x))
-
-
-def linear_classifier(z_dim: int, num_classes: int) -> nn.Module:
-    return nn.Linear(z_dim, num_classes)
 
 
 class MLPFeatures(nn.Module):
@@ -62,10 +61,6 @@ def imagenet_weights_url(arch: str) -> str:
 
 def resolve_imagenet_weights(arch: str, weights: str | None) -> str | None:
     """None / 'none' -> None; 'imagenet' -> torchvision's file, downloaded once; else a path."""
-    import os
-
-    from unbiased.data import DataError, DataMissing
-
     if arch not in RESNETS:
         raise ValueError(f"arch must be one of {sorted(RESNETS)}, got {arch!r}")
     if weights is None or weights == "none":
@@ -115,8 +110,6 @@ class ResNetFeatures(nn.Module):
 
 
 def _load_backbone(net: nn.Module, path: str, arch: str) -> None:
-    from unbiased.data import DataError
-
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:

@@ -42,10 +42,6 @@ class Arm:
     label: str
     held: dict[str, object] = field(default_factory=dict)
 
-    @property
-    def erm(self) -> bool:
-        return self.held.get("lam") == 0
-
 
 # ERM's two arms run under group_reweight, whose lam 0 is ERM's step with nothing else trained.
 ARMS: dict[str, Arm] = {
@@ -70,5 +66,5 @@ def search_space(method_class: type) -> dict[str, Space]:
 
 
 def arm_space(arm: Arm, method_class: type, erm_class: type) -> dict[str, Space]:
-    space = search_space(erm_class if arm.erm else method_class)
+    space = search_space(erm_class if arm.held.get("lam") == 0 else method_class)
     return {k: v for k, v in space.items() if k not in arm.held}

@@ -146,6 +146,11 @@ def flat_point(point: dict) -> dict:
             **(point.get(SETTINGS_KEY) or {})}
 
 
+def member_key(index: int) -> str:
+    """The prefix of a bundle member's columns in its trial's reports ("m<i>/...")."""
+    return f"m{index}"
+
+
 @dataclass
 class TrialSettings:
     """What a trial reads from its config besides the method's settings."""

@@ -33,6 +33,7 @@ from unbiased.settings import (
     TrialSettings,
     flat_config,
     flat_point,
+    member_key,
     trial_rule_problems,
 )
 from unbiased.stopping import (
@@ -45,8 +46,6 @@ from unbiased.stopping import (
 
 # The seed of the selected epoch's second estimate is the trial seed plus this.
 REESTIMATE_SEED_OFFSET = 7_919
-
-
 # A plain trial's checkpoint file; a bundle member's is state_<member>.pt.
 CHECKPOINT_FILE = "state.pt"
 
@@ -344,8 +343,7 @@ def mi_eval_set(algo, plan: Plan) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def mi_pair(z: torch.Tensor, c: torch.Tensor, y: torch.Tensor, seed: int, plan: Plan,
             weights: torch.Tensor | None) -> tuple[float, float]:
-    """I(z; c) and I(z; c | y): the second is 0 for a z that encodes y alone, where the first
-    still reads about I(y; c)."""
+    """I(z; c) and I(z; c | y) (mi_eval's `given`)."""
     return tuple(mi_eval(z, c, seed=seed, steps=plan.mi_steps, given=given,
                          cuda_graphs=plan.cuda_graphs, weights=weights) for given in (None, y))
 
@@ -484,10 +482,6 @@ def close_epoch(algo, plan: Plan, rule: EpochPicker | None, metrics: dict,
 
 
 WATCHED = ("loss_task", "penalty", "mi_batch", "mi")
-
-
-def member_key(index: int) -> str:
-    return f"m{index}"
 
 
 def member_configs(config: dict) -> list[dict]:

@@ -11,9 +11,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysis.io import atomic_write_text
 from analysis.specs import DATA_AXES
 from sweeps.common import SweepError
-from unbiased.settings import POINT_KEY, flat_config
+from unbiased.settings import POINT_KEY, flat_config, member_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,8 +56,6 @@ def grid_points(trial) -> list[tuple[str, dict]]:
 
 def member_result(result: dict, index: int) -> dict | None:
     """A bundle member's part of a trial's result, None once it has diverged."""
-    from unbiased.trial import member_key
-
     prefix = f"{member_key(index)}/"
     own = {k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}
     return own if "epoch" in own else None
@@ -82,8 +81,6 @@ class Tracker:
         return json.loads(path.read_text()) if path.is_file() else None
 
     def write_state(self, out: Path, state: dict) -> None:
-        from analysis.io import atomic_write_text
-
         atomic_write_text(out / f"{self.name}.json", json.dumps(state, indent=2))
 
     def resumed(self, args: SweepArgs, where: str) -> dict | None:
@@ -113,7 +110,8 @@ class Tracker:
         """Before Ray: create (or on --resume find) the sweep's runs."""
 
     def callback(self, state: dict, param_keys: tuple[str, ...]) -> object:
-        """The Tune callback that logs the trials."""
+        """The Tune callback that logs the trials (its class built on first use: importing Ray
+        Tune and MLflow takes seconds, which a driver stopping at a bad flag should not spend)."""
         raise NotImplementedError
 
     def finish(self, args: SweepArgs, state: dict, df: pd.DataFrame,

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from sweeps.cli import SweepArgs
 
 
-
 def _local_store(uri: str) -> bool:
     return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
 
@@ -103,8 +102,6 @@ class MLflowTracker(Tracker):
 
 
 def _trial_runs_callback():
-    """The callback class, built on first use: importing Ray Tune and MLflow takes seconds,
-    which a driver that stops at a bad flag should not spend."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
     from ray.tune.logger import LoggerCallback

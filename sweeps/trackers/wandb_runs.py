@@ -148,8 +148,6 @@ class RunWriter:
 
 
 def _trial_runs_callback():
-    """The callback class, built on first use: importing Ray Tune takes seconds, which a
-    driver that stops at a bad flag should not spend."""
     from ray.tune.logger import LoggerCallback
 
     class TrialRuns(LoggerCallback):
@@ -220,5 +218,3 @@ def _logged_in(wandb) -> bool:
         return bool(wandb.Api().api_key)
     except Exception:  # no settings, no network: not logged in as far as we can tell
         return False
-
-

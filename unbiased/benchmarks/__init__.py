@@ -12,6 +12,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
+from unbiased.method_catalogue import catalogue
 from unbiased.registry_error import RegistryError
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ ENTRY_POINTS = "unbiased.benchmarks"
 # "NAME=module[,NAME=module]". A cluster's Ray workers get it through the head's environment
 # or a runtime_env.
 EXTRA_BENCHMARKS_ENV = "UNBIASED_BENCHMARKS"
-__all__ = ["BENCHMARKS", "ENTRY_POINTS", "EXTRA_BENCHMARKS_ENV", "RegistryError", "registered",
-           "benchmark_spec", "all_specs", "exit_on_bad_registry"]
 
 
 def registered() -> dict[str, str]:
@@ -77,8 +76,6 @@ def all_specs() -> list[BenchmarkSpec]:
 
 def exit_on_bad_registry() -> None:
     """A bad registry is one `error:` line and exit status 2, not a traceback."""
-    from unbiased.method_catalogue import catalogue
-
     try:
         all_specs()
         catalogue()  # the methods of installed packages

@@ -94,10 +94,6 @@ class TableSpec:
         return f"{self.name} ({self.table})"
 
 
-# The objects the driver loads once for every trial, and a phrase describing them.
-Loaded = tuple[dict[str, Any], str]
-
-
 @dataclass(frozen=True)
 class BenchmarkSpec:
     """Everything a benchmark brings to the sweeps, the trainable and the analysis.
@@ -119,7 +115,7 @@ class BenchmarkSpec:
     presets: dict[str, dict[str, object]]
     data_axes: tuple[str, ...]
     build_keys: tuple[str, ...]
-    load: Callable[[dict], Loaded]
+    load: Callable[[dict], tuple[dict[str, Any], str]]
     build: Callable[..., Any]
     table: TableSpec
     settings: type | None = None

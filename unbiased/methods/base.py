@@ -27,10 +27,9 @@ from unbiased.data import (
     balanced_weights,
     capped_group_rows,
     group_accuracies,
-    worst_group_name,
 )
 from unbiased.mine import permutation
-from unbiased.models import INPUT_NORMS, MODELS, InputNorm, linear_classifier, map_channels
+from unbiased.models import INPUT_NORMS, MODELS, InputNorm, map_channels
 from unbiased.search import Choice, LogUniform, Space
 from unbiased.settings import setting, setting_problems
 
@@ -169,7 +168,7 @@ class ERM:
             self.g = self.g.to(memory_format=torch.channels_last)
             self.bench = bench = _channels_last(bench)  # once: x[idx] keeps the format
         if f is None:
-            f = linear_classifier(bench.z_dim, bench.num_classes)
+            f = nn.Linear(bench.z_dim, bench.num_classes)
         self.f = f.to(self.device)
         self.input_norm = (None if cfg.input_norm == "none"
                            else InputNorm(*INPUT_NORMS[cfg.input_norm]).to(self.device))
@@ -259,7 +258,9 @@ class ERM:
             x = self.input_norm(x)
         if not self.cfg.amp:
             return self.g(x)
-        with bf16_autocast(self.device):
+        # Without the weight cache: a CUDA graph captured inside would replay the bf16 copy
+        # made at capture (each forward opens its own context, so the cache saved nothing).
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False):
             return self.g(x).float()
 
     def epoch_order(self, n: int) -> torch.Tensor:
@@ -278,7 +279,6 @@ class ERM:
         return loss_task.detach(), torch.zeros((), device=self.device)
 
     def model_step(self, loss: torch.Tensor) -> None:
-        """One step of g and f on `loss`."""
         self.model_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.model_opt.step()
@@ -383,8 +383,7 @@ class ERM:
 
     @torch.no_grad()
     def predictions(self, z: torch.Tensor) -> torch.Tensor:
-        """f's one-hot predictions of z: a function of z, so any estimate of I(z; c) should
-        not read below the same estimate on them (the stopping rule's floor)."""
+        """f's one-hot predictions of z: the stopping rule's floor (unbiased/stopping.py)."""
         logits = self.f(z)
         return torch.nn.functional.one_hot(logits.argmax(1), logits.shape[1]).float()
 
@@ -503,7 +502,7 @@ def worst_group(split: str, pred: torch.Tensor, y: torch.Tensor, groups: torch.T
     and the smallest one's rows (a worst group of a few rows is a noisy pick)."""
     accs, sizes = group_accuracies(pred, y, groups, count)
     present = sizes > 0
-    out = {worst_group_name(split): float(accs[present].min())}
+    out = {split.removesuffix("_acc") + "_worst_acc": float(accs[present].min())}
     if split == VAL_SPLIT:
         out.update(val_groups=int(present.sum()), val_min_group=int(sizes[present].min()))
     return out
@@ -527,13 +526,6 @@ def _acc(pred: torch.Tensor, y: torch.Tensor) -> float:
 
 def _mean_t(values: list[torch.Tensor]) -> float:
     return float(torch.stack(values).double().mean()) if values else float("nan")
-
-
-def bf16_autocast(device: torch.device) -> torch.autocast:
-    """bf16 autocast without its weight cache: a CUDA graph captured inside would replay the
-    bf16 copy made at capture, blind to later steps (each forward opens its own context, so
-    the cache saved nothing)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 def _channels_last(bench: Benchmark) -> Benchmark:

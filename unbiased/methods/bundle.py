@@ -482,6 +482,3 @@ def _format_of(p: torch.Tensor) -> torch.memory_format:
     return (torch.channels_last if p.dim() == 4 and p.is_contiguous(
         memory_format=torch.channels_last) and not p.is_contiguous()
         else torch.contiguous_format)
-
-
-__all__ = ["MIBackpropBundle", "bundle_problems", "PER_MEMBER_FIELDS", "DRAWS"]

@@ -350,7 +350,6 @@ class MIBackprop(ERM):
                           guarded_frac=guarded, graphed=self.graphed())
 
     def graphed(self) -> bool | None:
-        """None without --cuda-graphs."""
         if not self.cfg.cuda_graphs:
             return None
         return self.step_graph is not None and self.step_graph.in_use("trial")

@@ -1,1 +1,0 @@
-"""Biased MNIST (ReBias): spec.py (presets, flags, table) and data.py (the data)."""

@@ -13,8 +13,6 @@ datasets/colour_mnist.py, MIT licence). The facts below carry over from there; t
   random from one generator seeded by `seed`. Their trainer.py (commit 79d1d1d, lines
   386-412) means to keep the best unbiased test accuracy's epoch but never updates its local
   best_acc, so keeps the last. Their numbers are references beside ours, not targets.
-
-torch is imported inside the functions: analysis and the sweep drivers read `SPEC` without it.
 """
 
 from __future__ import annotations

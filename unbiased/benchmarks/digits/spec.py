@@ -1,9 +1,5 @@
 """Colored MNIST (the paper's Table 1) as a registered benchmark; what each preset is for:
-docs/PRESETS.md.
-
-Torch-free: the data code is imported inside `load`, `describe` and `build`, so the drivers
-and the analysis read this spec without torch.
-"""
+docs/PRESETS.md."""
 
 from __future__ import annotations
 
@@ -58,9 +54,7 @@ class DigitsSettings:
 
 # Each preset's values were chosen by measurement (docs/MEASURED.md).
 EPOCHS_CPU = 6
-# A forward of all 60,000 training rows cost 30% of an epoch (bench/epoch_cost.py).
 TRAIN_EVAL_ROWS = 10_000
-# Its cost: docs/MEASURED.md, "The GPU path on an H200".
 MI_EVAL_EVERY_PAPER = 15
 
 DIGITS: dict[str, dict[str, object]] = {

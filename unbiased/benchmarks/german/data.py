@@ -164,8 +164,7 @@ def _number(token: str, what: str) -> float:
     return value
 
 
-def split_indices(good: np.ndarray, seed: int,
-                  train_fraction: float = TRAIN_FRACTION) -> tuple[np.ndarray, np.ndarray]:
+def split_indices(good: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     train, test = [], []
     for label in (True, False):
@@ -174,7 +173,7 @@ def split_indices(good: np.ndarray, seed: int,
             raise DataError(f"the German credit file needs >= 2 rows of each class to split, "
                             f"got {len(rows)} {'good' if label else 'bad'}")
         rows = rng.permutation(rows)
-        n_train = min(len(rows) - 1, max(1, round(train_fraction * len(rows))))
+        n_train = min(len(rows) - 1, max(1, round(TRAIN_FRACTION * len(rows))))
         train.append(rows[:n_train])
         test.append(rows[n_train:])
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))

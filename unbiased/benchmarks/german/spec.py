@@ -1,5 +1,4 @@
-"""German credit (the paper's Table 3) as a registered benchmark. Torch-free: the data code
-is imported inside `load` and `build`, sklearn and pandas inside the SVM's functions.
+"""German credit (the paper's Table 3) as a registered benchmark.
 
 The paper's Table 3 quotes an RBF SVM (Donini et al., 2018); we refit one on each seed's own
 split (`extra_rows`), so its row compares with ours split for split.
@@ -126,8 +125,7 @@ class SvmResult:
     time_s: float
 
 
-def svm_baseline(bench: Benchmark, seed: int, c_grid: tuple[float, ...] = SVM_C_GRID,
-                 folds: int = SVM_FOLDS) -> SvmResult:
+def svm_baseline(bench: Benchmark, seed: int) -> SvmResult:
     """SVC(kernel="rbf"), C by stratified k-fold CV on the training split only."""
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
     from sklearn.svm import SVC
@@ -137,8 +135,8 @@ def svm_baseline(bench: Benchmark, seed: int, c_grid: tuple[float, ...] = SVM_C_
     start = time.perf_counter()
     train, test = bench.train, bench.eval_splits[EO_SPLIT]
     x_train, y_train = train.x.cpu().numpy(), train.y.cpu().numpy()
-    search = GridSearchCV(SVC(kernel="rbf"), {"C": list(c_grid)}, scoring="accuracy",
-                          cv=StratifiedKFold(folds, shuffle=True, random_state=seed), n_jobs=1)
+    search = GridSearchCV(SVC(kernel="rbf"), {"C": list(SVM_C_GRID)}, scoring="accuracy",
+                          cv=StratifiedKFold(SVM_FOLDS, shuffle=True, random_state=seed), n_jobs=1)
     search.fit(x_train, y_train)
     pred_test = search.predict(test.x.cpu().numpy())
     return SvmResult(

@@ -1,1 +1,0 @@
-"""IMDB faces (Table 2): spec.py (presets, flags, table) and data.py (the data)."""

@@ -1,8 +1,5 @@
 """IMDB faces (IMDB-WIKI `imdb_crop`), the paper's Table 2: gender without the age bias.
 
-Data: the `imdb_crop` release (faces only) from DOWNLOAD_URL: `imdb.mat` next to the JPEG
-folders `full_path` points into. `root` is that folder or its parent.
-
 Cleaning (`load_index`) drops a row without a face, with a second face, without gender, with
 an age outside 0..100 (the release's README: `datevec(datenum(photo_taken,7,1)-dob)`), or
 whose file is missing or unreadable.
@@ -183,9 +180,8 @@ def _readable(path: str) -> bool:
         return False
 
 
-def load_index(root: str | os.PathLike | None, check_files: bool = True,
-               threads: int = 8) -> ImdbIndex:
-    """imdb.mat cleaned (module docstring); `threads`: the file check is I/O bound."""
+def load_index(root: str | os.PathLike | None) -> ImdbIndex:
+    """imdb.mat cleaned (module docstring); the files are checked on 8 threads (I/O bound)."""
     mat_path = find_mat(root)
     cols = read_mat(mat_path)
     report = LoadReport(source=str(mat_path), rows=len(cols["dob"]))
@@ -199,19 +195,17 @@ def load_index(root: str | os.PathLike | None, check_files: bool = True,
         keep &= ~bad
     folder = mat_path.parent
     rows = np.flatnonzero(keep)
-    if check_files:
-        files = [str(folder / p) for p in cols["full_path"][rows]]
-        exists = np.array([os.path.isfile(f) for f in files], dtype=bool)
-        report.missing_files = int((~exists).sum())
-        report.missing_examples = list(cols["full_path"][rows[~exists]][:_EXAMPLES])
-        present = rows[exists]
-        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            readable = np.array(list(pool.map(_readable, [str(folder / p) for p in
-                                                          cols["full_path"][present]])),
-                                dtype=bool)
-        report.unreadable_files = int((~readable).sum())
-        report.unreadable_examples = list(cols["full_path"][present[~readable]][:_EXAMPLES])
-        rows = present[readable]
+    files = [str(folder / p) for p in cols["full_path"][rows]]
+    exists = np.array([os.path.isfile(f) for f in files], dtype=bool)
+    report.missing_files = int((~exists).sum())
+    report.missing_examples = list(cols["full_path"][rows[~exists]][:_EXAMPLES])
+    present = rows[exists]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        readable = np.array(list(pool.map(_readable, [str(folder / p) for p in
+                                                      cols["full_path"][present]])), dtype=bool)
+    report.unreadable_files = int((~readable).sum())
+    report.unreadable_examples = list(cols["full_path"][present[~readable]][:_EXAMPLES])
+    rows = present[readable]
     report.kept = len(rows)
     if report.kept == 0:
         raise DataError(f"no usable image in {mat_path}: {report.summary()}")
@@ -247,12 +241,11 @@ def eb_masks(index: ImdbIndex) -> dict[str, np.ndarray]:
             "EB2": (index.male & young) | (female & old)}
 
 
-def build_splits(index: ImdbIndex, sizes: dict[str, int | None] | None = None,
-                 test_identity_fraction: float = TEST_IDENTITY_FRACTION) -> ImdbSplits:
+def build_splits(index: ImdbIndex, sizes: dict[str, int | None] | None = None) -> ImdbSplits:
     """EB1, EB2 and the test set (module docstring), capped by `sizes` (None: uncapped)."""
     sizes = dict(PAPER_SIZES) if sizes is None else sizes
     ids = np.unique(index.celeb_id)
-    test_ids = ids[np.array([_hash01(f"celeb:{i}") < test_identity_fraction for i in ids],
+    test_ids = ids[np.array([_hash01(f"celeb:{i}") < TEST_IDENTITY_FRACTION for i in ids],
                             dtype=bool)]
     is_test = np.isin(index.celeb_id, test_ids)
     pools = {**{name: np.flatnonzero(~is_test & mask) for name, mask in eb_masks(index).items()},

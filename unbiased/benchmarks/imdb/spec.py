@@ -1,6 +1,4 @@
-"""IMDB faces (the paper's Table 2) as a registered benchmark. Torch-free: the data code is
-imported inside `load` and `build`.
-"""
+"""IMDB faces (the paper's Table 2) as a registered benchmark."""
 
 from __future__ import annotations
 
