@@ -127,8 +127,9 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
     draw), with the reason; None when no draw can be chosen."""
     if rule.draw_metric not in rows.columns or rows.empty:
         return None
+    tie = rule.tie if rule.tie in rows.columns else rule.draw_metric
     per_draw = rows.groupby("draw").agg(value=(rule.draw_metric, "mean"),
-                                        train_acc=("train_acc", "mean"))
+                                        tie=(tie, "mean"), train_acc=("train_acc", "mean"))
     per_draw = per_draw[per_draw["value"].notna()]
     if rule.key == "lowest_mi":
         failed = rows.groupby("draw").apply(lambda g: bool(estimator_failed(g).any()),
@@ -139,9 +140,16 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
     if per_draw.empty:
         return None
     value = per_draw["value"].min() if rule.lowest else per_draw["value"].max()
-    draw = int(per_draw.index[np.isclose(per_draw["value"], value, rtol=0, atol=1e-12)][0])
+    level = per_draw[np.isclose(per_draw["value"], value, rtol=0, atol=1e-12)]
+    # A tie the rule's own column cannot break (Biased MNIST's validation worst group reads 0
+    # in every trial: its rare groups hold a row or two) goes to the tie column, as per epoch.
+    draw = int(level["tie"].fillna(-math.inf).idxmax()) if len(level) > 1 else int(level.index[0])
     word = "lowest" if rule.lowest else "highest"
     reason = f"{word} {rule.draw_metric} {value:.4f} of {len(per_draw)} draws"
+    if len(level) > 1:
+        reason += f", {len(level)} of them level: " + (
+            f"{tie} {level.loc[draw, 'tie']:.4f} breaks the tie" if tie != rule.draw_metric
+            else "the first")
     if rule.key == "lowest_mi":
         reason += f" fitting within {tolerance:g} of the best train acc {best_fit:.3f}"
     return draw, reason
