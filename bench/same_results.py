@@ -16,7 +16,7 @@ import pandas as pd
 
 # Differ from run to run by design: where and how fast, and Tune's or the record's ids.
 NOT_COMPARED = {"time_s", "epoch_s", "eval_s", "mi_eval_s", "ckpt_s", "trial_id", "node_id"}
-KEYS = ("method", "sigma", "rho", "lam", "K", "seed", "epoch")
+KEYS = ("arm", "draw", "method", "sigma", "rho", "lam", "K", "seed", "epoch")
 
 
 def differences(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
@@ -47,7 +47,7 @@ def main() -> int:
     print("\n".join(found) if found else f"the same: {len(a)} rows, {len(a.columns)} columns "
           f"(not compared: {', '.join(sorted(NOT_COMPARED & set(a.columns)))})")
     keys = [k for k in KEYS if k in a.columns]
-    last = b[b["lam"] > 0].sort_values(keys).groupby(keys[:-1]).tail(1)
+    last = b[b["lam"] > 0].sort_values(keys).groupby(keys[:-1], dropna=False).tail(1)
     print(last[[*keys, "train_acc", "test_acc", "mi_eval", "mi_eval_cond"]].to_string(
         index=False))
     return 1 if found else 0
