@@ -143,7 +143,7 @@ def choose_draw(rows: pd.DataFrame, rule: Rule, tolerance: float) -> tuple[int, 
     level = per_draw[np.isclose(per_draw["value"], value, rtol=0, atol=1e-12)]
     # A tie the rule's own column cannot break (Biased MNIST's validation worst group reads 0
     # in every trial: its rare groups hold a row or two) goes to the tie column, as per epoch.
-    draw = int(level["tie"].fillna(-math.inf).idxmax()) if len(level) > 1 else int(level.index[0])
+    draw = int(level["tie"].fillna(-math.inf).idxmax())  # the first of equals: idxmax's
     word = "lowest" if rule.lowest else "highest"
     reason = f"{word} {rule.draw_metric} {value:.4f} of {len(per_draw)} draws"
     if len(level) > 1:
