@@ -106,10 +106,23 @@ def _trials(df: pd.DataFrame) -> list[pd.DataFrame]:
     return [g.sort_values("epoch") for _, g in df.groupby(keys, sort=True, dropna=False)]
 
 
+def _planned_epochs(last: pd.Series) -> int | None:
+    """The epochs a trial was set to run: results.parquet's `epochs`, else (an exported CSV)
+    its config's."""
+    if "epochs" in last.index and pd.notna(last["epochs"]):
+        return int(last["epochs"])
+    try:
+        epochs = json.loads(last["config"]).get("epochs")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return int(epochs) if isinstance(epochs, int | float) else None
+
+
 def _kept(trial: pd.DataFrame) -> bool:
     """A trial that ran to its end and was not excluded (diverged, failed)."""
     last = trial.iloc[[-1]]
-    if "epochs" in trial.columns and int(last["epoch"].iloc[0]) < int(last["epochs"].iloc[0]):
+    planned = _planned_epochs(last.iloc[0])
+    if planned is not None and int(last["epoch"].iloc[0]) < planned:
         return False
     return not bool(excluded_mask(last).iloc[0])
 

@@ -126,3 +126,16 @@ def test_draws_level_on_the_worst_group_go_to_the_one_with_the_best_validation_a
     assert worst["draw"] == 1
     assert "3 of them level: val_acc 0.9900 breaks the tie" in worst["reason"]
     assert "level" not in _cell(compare(_rows()), "val_worst")["reason"]
+
+
+def test_a_trial_still_running_is_no_candidate_in_an_exported_csv_too(tmp_path):
+    # an exported CSV has no `epochs` column: the trial's config says how many it runs
+    rows = _rows()
+    rows["config"] = [json.dumps({**json.loads(c), "epochs": 2}) for c in rows["config"]]
+    # draw 1 on the screen seed has run epoch 1 of 2, its best test accuracy: not yet a pick
+    rows = rows[~((rows["draw"] == 1) & (rows["seed"] == 0) & (rows["epoch"] == 2))]
+    csv = tmp_path / "screen.csv"
+    rows.drop(columns=["epochs"]).to_csv(csv, index=False)
+    assert _cell(compare(_rows()), "oracle")["draw"] == 1  # once whole
+    assert _cell(compare(load_rows([csv])), "oracle")["draw"] == 2  # the best whole draw
+    assert _cell(compare(rows), "oracle")["draw"] == 2
