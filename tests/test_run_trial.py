@@ -94,6 +94,18 @@ def test_a_device_error_is_reported_once_and_trains_nothing(build):
     assert "GPUs [0] from Ray" in session.reports[0]["device_error"]
 
 
+def test_a_trial_computes_with_subnormals_flushed_to_zero(build):
+    # Subnormal weights made late epochs many times slower on CPU (bench/subnormals.py).
+    torch.set_flush_denormal(False)
+    tiny = torch.tensor([1e-39])
+    assert (tiny * 1.0).item() != 0.0  # kept by default: the check below could fail
+    try:
+        run_trial(_config(epochs=1, lam=0.0), build, MemorySession())
+        assert (tiny * 1.0).item() == 0.0
+    finally:
+        torch.set_flush_denormal(False)
+
+
 # -- bundles -------------------------------------------------------------------------------
 POINTS = [{"lam": 0.0, "seed": 0}, {"lam": 0.5, "seed": 1}, {"lam": 1.0, "seed": 0}]
 

@@ -393,6 +393,12 @@ def start_trial(config: dict, session: TrialSession
     config = flat_config(config)
     # Side-by-side trials must not oversubscribe the cores they were given.
     torch.set_num_threads(max(1, int(config.get("num_threads", 1))))
+    # Weights and Adam moments of units that stop learning decay into float32's subnormal
+    # range, where CPU arithmetic runs many times slower: ERM-like trials on Biased MNIST
+    # spent three quarters of their hours there. Flushed to zero they add nothing a float32
+    # sum could hold, so the metrics stay the same
+    # (docs/MEASURED.md, "Subnormal weights: late epochs on CPU").
+    torch.set_flush_denormal(True)
     problems = trial_rule_problems(config)
     if problems:
         raise ValueError("; ".join(problems))
