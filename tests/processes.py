@@ -4,6 +4,7 @@ their own, so neither a process group nor `ray stop` finds them all; their paren
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,11 +22,35 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
         proc.wait(timeout=grace_s)
 
 
+# Below Ray's default ports (GCS 6379, workers 10002-19999), the port blocks Slurm jobs' Ray
+# nodes claim (20000-32599, slurm/ray_node.py) and Linux's ephemeral range (32768-60999 by
+# default): a port the kernel hands out with bind(0) is also handed to the next outgoing
+# connection of any process (Ray's and gRPC's make hundreds), which may hold it by the time the
+# server a test starts binds it.
+_LISTEN_PORTS = (2000, 6000)
+_RANDOM = random.SystemRandom()  # not the random module's: a test may seed that one
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _LISTEN_PORTS[1]
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now, for a server a test starts."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port that nothing listens on now, on every address, outside the kernel's range
+    for outgoing connections: for a server a test starts."""
+    low, high = _LISTEN_PORTS[0], min(_LISTEN_PORTS[1], _ephemeral_low())
+    for _ in range(200):
+        port = _RANDOM.randrange(low, high) if high > low else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError(f"no free TCP port in {low}-{high - 1} after 200 tries")
 
 
 def descendants(pid: int) -> dict[int, str]:

@@ -40,6 +40,7 @@ CPUS, GPUS = 2, 2  # a node's
 # its walltime. SLURM_TEST_TASK_PLUGIN=task/affinity runs the Slurm tests that way.
 TASK_PLUGIN = os.environ.get("SLURM_TEST_TASK_PLUGIN", "task/none")
 GPU_FILES = "/dev/tty[10-11]"  # character devices every Linux has; Slurm opens none
+PORT_ATTEMPTS = 3
 
 
 class SlurmUnavailable(Exception):
@@ -135,6 +136,39 @@ def config(home: Path, ports: dict[str, int], munge: Path) -> str:
         ""])
 
 
+def _start(home: Path, munge: Path, env: dict[str, str], cluster: Slurm,
+           ) -> list[subprocess.Popen]:
+    """munged, slurmctld and the slurmd on ports chosen now, until both nodes are idle; on
+    failure they are stopped and their state cleared."""
+    ports = {name: free_port() for name in ("ctld", *NODES)}
+    (home / "slurm.conf").write_text(config(home, ports, munge))
+    daemons = [
+        ["munged", "-F", "-f", f"--socket={munge}/socket", f"--key-file={munge}/key",
+         f"--pid-file={munge}/pid", f"--log-file={munge}/log", f"--seed-file={munge}/seed"],
+        ["slurmctld", "-D", "-i"],
+        *(["slurmd", "-D", "-N", n] for n in NODES),
+    ]
+    procs: list[subprocess.Popen] = []
+    try:
+        for cmd in daemons:
+            with open(home / "log" / f"{cmd[0]}{cmd[-1] if cmd[0] == 'slurmd' else ''}.out",
+                      "w") as out:
+                procs.append(subprocess.Popen(cmd, env=env, stdout=out,
+                                              stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+            if cmd[0] == "munged":
+                _wait(lambda: (munge / "socket").exists(), "munged", 20, procs, cluster)
+        _wait(lambda: _idle(env), "two idle slurmd nodes", 60, procs, cluster)
+    except BaseException:
+        _stop(list(reversed(procs)))
+        (munge / "socket").unlink(missing_ok=True)
+        for name in ("state", "log", *(f"spool/{n}" for n in NODES)):
+            for entry in (home / name).iterdir():
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        raise
+    return procs
+
+
 @contextmanager
 def slurm_cluster() -> Iterator[Slurm]:
     """Start the Slurm; on leaving, cancel its jobs, wait for them to end (60 s at most) and
@@ -154,30 +188,24 @@ def slurm_cluster() -> Iterator[Slurm]:
     # Another user's job runs its script from the node's spool directory (mkdtemp: 0700).
     for path in (home, home / "spool", *(home / "spool" / n for n in NODES)):
         path.chmod(0o755)
-    ports = {name: free_port() for name in ("ctld", *NODES)}
-    (home / "slurm.conf").write_text(config(home, ports, munge))
     (home / "gres.conf").write_text(f"NodeName=n[1-{len(NODES)}] Name=gpu File={GPU_FILES}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RAY_ADDRESS"))}
     env.update(SLURM_CONF=str(home / "slurm.conf"), RAY_USAGE_STATS_ENABLED="0",
                PYTHONUNBUFFERED="1", PATH=f"{env.get('PATH', '')}:/usr/sbin")
-    daemons = [
-        ["munged", "-F", "-f", f"--socket={munge}/socket", f"--key-file={munge}/key",
-         f"--pid-file={munge}/pid", f"--log-file={munge}/log", f"--seed-file={munge}/seed"],
-        ["slurmctld", "-D", "-i"],
-        *(["slurmd", "-D", "-N", n] for n in NODES),
-    ]
     procs: list[subprocess.Popen] = []
     cluster = Slurm(env, home)
     try:
-        for cmd in daemons:
-            with open(home / "log" / f"{cmd[0]}{cmd[-1] if cmd[0] == 'slurmd' else ''}.out",
-                      "w") as out:
-                procs.append(subprocess.Popen(cmd, env=env, stdout=out,
-                                              stderr=subprocess.STDOUT,
-                                              start_new_session=True))
-            if cmd[0] == "munged":
-                _wait(lambda: (munge / "socket").exists(), "munged", 20, procs, cluster)
-        _wait(lambda: _idle(env), "two idle slurmd nodes", 60, procs, cluster)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                procs = _start(home, munge, env, cluster)
+                break
+            except SlurmUnavailable as exc:
+                # A port free when chosen can be bound by another process before a daemon
+                # binds it: choose again. Anything else is not this host's luck: say it.
+                if attempt == PORT_ATTEMPTS or "Address already in use" not in str(exc):
+                    raise
+                print(f"slurm_cluster: a port was taken before a daemon bound it "
+                      f"(try {attempt} of {PORT_ATTEMPTS}); new ports", file=sys.stderr)
         yield cluster
     finally:
         subprocess.run(["scancel", "--full", "--partition=test"], env=env, timeout=60,

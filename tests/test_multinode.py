@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import SMALL_NET
-from tests.processes import descendants
+from tests.processes import descendants, free_port
 from tests.s3 import BUCKET, S3, s3_server
 
 # `ray start` nodes with a --temp-dir of their own (conftest's RAY_TMPDIR check cannot see them)
@@ -44,12 +44,6 @@ STARTED = "Ray runtime started."
 RAY_DEFAULT = Path(sys.prefix) / "ray-default"
 # Under a node's --temp-dir, the working directory Tune stages for each trial run there (named
 # as the trial's directory in the storage).
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for(check, what: str, timeout_s: float, procs: list[subprocess.Popen]) -> None:
@@ -118,7 +112,7 @@ def two_nodes() -> Iterator[Cluster]:
     # Short paths: Ray's unix sockets live under them and must stay under 108 characters.
     temps = {name: tempfile.mkdtemp(prefix=f"rmn{name[0]}", dir="/tmp")
              for name in ("head", "worker")}
-    port, dashboard_port = _free_port(), _free_port()
+    port, dashboard_port = free_port(), free_port()
     procs: list[subprocess.Popen] = []
     with s3_server(Path(temps["head"])) as s3:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -142,7 +136,7 @@ def two_nodes() -> Iterator[Cluster]:
                 with open(log, "w") as out:
                     procs.append(subprocess.Popen(
                         [RAY, "start", *args, "--dashboard-agent-listen-port",
-                         str(_free_port()), "--temp-dir", temps[name], *common], env=node_env,
+                         str(free_port()), "--temp-dir", temps[name], *common], env=node_env,
                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
                 _wait_for(lambda log=log: STARTED in log.read_text(), f"{name} node", 120,
                           procs)
