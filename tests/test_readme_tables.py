@@ -1,5 +1,6 @@
-"""README's Biased MNIST table is what the committed rows give: every cell, read back from
-`bench/results/tune_protocol/` through analysis.comparison, so an edit of either shows."""
+"""README's tables of the equal-budget protocol are what the committed rows give: every cell,
+read back from `bench/results/tune_protocol/` through analysis.comparison, so an edit of either
+shows."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from analysis.comparison import compare, load_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "bench" / "results" / "tune_protocol"
-HEADING = "### Biased MNIST (ReBias): every method on one budget"
+# README heading -> the screen's and the rows' CSVs under ROWS
+TABLES = {"### Biased MNIST (ReBias): every method on one budget": "biased_mnist"}
 METHOD_ARM = {
     "ERM": "erm", "Resampling (ERM on group-balanced batches)": "resampling",
     "Group reweighting": "reweighting", "Group DRO": "group_dro",
@@ -23,10 +26,10 @@ COLUMN_RULE = {"validation accuracy": "val_acc", "validation worst group": "val_
                "label-free (lowest MI)": "lowest_mi", "oracle (test labels)": "oracle"}
 
 
-def _readme_table() -> tuple[list[str], dict[str, list[str]]]:
+def _readme_table(heading: str) -> tuple[list[str], dict[str, list[str]]]:
     text = (ROOT / "README.md").read_text()
-    assert HEADING in text, f"README has no section {HEADING!r}"
-    section = text.split(HEADING, 1)[1]
+    assert heading in text, f"README has no section {heading!r}"
+    section = text.split(heading, 1)[1]
     table = next(block for block in section.split("\n\n") if block.startswith("|"))
     lines = table.splitlines()
     cells = [[c.strip().strip("*") for c in line.strip("|").split("|")] for line in lines]
@@ -41,11 +44,13 @@ def _cell(row: pd.Series) -> str:
             f"{short(row['test_worst_acc_mean'])}")
 
 
-def test_readme_biased_mnist_table_is_the_committed_rows():
-    columns, table = _readme_table()
+@pytest.mark.parametrize("heading", sorted(TABLES))
+def test_readme_table_is_the_committed_rows(heading: str):
+    columns, table = _readme_table(heading)
     assert [COLUMN_RULE.get(c) for c in columns] == list(COLUMN_RULE.values()), columns
     assert sorted(table) == sorted(METHOD_ARM), sorted(table)
-    df = load_rows([ROWS / "biased_mnist_screen.csv", ROWS / "biased_mnist_rows.csv"])
+    stem = TABLES[heading]
+    df = load_rows([ROWS / f"{stem}_screen.csv", ROWS / f"{stem}_rows.csv"])
     result = compare(df).set_index(["rule", "arm"])
     for method, cells in table.items():
         for column, cell in zip(columns, cells, strict=True):
