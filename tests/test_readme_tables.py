@@ -15,7 +15,8 @@ from analysis.comparison import compare, load_rows
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "bench" / "results" / "tune_protocol"
 # README heading -> the screen's and the rows' CSVs under ROWS
-TABLES = {"### Biased MNIST (ReBias): every method on one budget": "biased_mnist"}
+TABLES = {"### Biased MNIST (ReBias): every method on one budget": "biased_mnist",
+          "### Colored MNIST σ .030: every method on one budget": "digits"}
 METHOD_ARM = {
     "ERM": "erm", "Resampling (ERM on group-balanced batches)": "resampling",
     "Group reweighting": "reweighting", "Group DRO": "group_dro",
