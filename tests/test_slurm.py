@@ -171,8 +171,9 @@ def test_two_sweeps_share_the_nodes_one_survives_its_walltime_the_other_a_stop(s
 
     text_a = log_a.read_text()
     assert "the walltime is" in text_a and "requeued" in text_a, text_a[-3000:]
-    first, second = _addresses(log_a)
-    assert first != second  # the requeued run joined a Ray of its own, not the old address
+    # Two heads: the requeued run started a Ray of its own rather than joining the old one.
+    # Its address may repeat the first run's: that Ray ended with its job, freeing its port.
+    assert len(_addresses(log_a)) == 2, text_a[-3000:]
     assert re.search(r"resume: \d+ of \d+ trials already finished", text_a)
     df_a = _check_results(out_a, epochs_a)
     assert (df_a["start_epoch"] > 1).any(), df_a[["trial_id", "epoch", "start_epoch"]]
